@@ -1,0 +1,224 @@
+"""The embedded Spark session: Delta Lake, an on-disk metastore and warehouse, local defaults.
+
+`method: session` must work with no Spark settings at all. This module turns a profile into a
+running SparkSession with Delta Lake's SQL extensions and catalog, Delta's jars resolved from Maven
+Central (cached by Ivy), and a Derby metastore plus warehouse under one directory, so that tables
+survive from one `dbt run` to the next.
+
+The embedded Derby metastore admits one process at a time. Rather than letting a second `dbt run`
+die on Derby's "another instance may have booted the database", the process holds an exclusive
+lock on the warehouse for as long as it lives and a second process waits for it (with progress
+messages) up to `lock_timeout` seconds, then fails with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Dict, Optional
+
+from dbt.adapters.events.logging import AdapterLogger
+from dbt_common.exceptions import DbtRuntimeError
+
+logger = AdapterLogger("StreamSQL")
+
+DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+SCALA_BINARY_VERSION = "2.13"
+IVY_SETTINGS = os.path.join(os.path.dirname(__file__), "ivysettings.xml")
+
+
+def delta_maven_coordinate() -> str:
+    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark.
+
+    Delta 4.x publishes one artifact per Spark minor version, e.g. delta-spark_4.2_2.13.
+    """
+    from importlib.metadata import version
+
+    import pyspark
+
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    return f"io.delta:delta-spark_{spark_minor}_{SCALA_BINARY_VERSION}:{version('delta-spark')}"
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What the embedded session is built from (derived from the profile)."""
+
+    warehouse_dir: str
+    master: str
+    server_side_parameters: Dict[str, str]
+    lock_timeout: int
+
+    @property
+    def uses_embedded_metastore(self) -> bool:
+        params = self.server_side_parameters
+        return not (
+            "spark.hadoop.hive.metastore.uris" in params
+            or "spark.hadoop.javax.jdo.option.ConnectionURL" in params
+            or params.get("spark.sql.catalogImplementation") == "in-memory"
+        )
+
+    def spark_conf(self) -> Dict[str, str]:
+        """All Spark settings for the session; the profile's `server_side_parameters` win."""
+        warehouse = self.warehouse_dir
+        metastore = os.path.join(warehouse, "metastore_db")
+        conf = {
+            "spark.app.name": "dbt-streamsql",
+            "spark.sql.extensions": DELTA_EXTENSIONS,
+            "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+            "spark.sql.warehouse.dir": os.path.join(warehouse, "tables"),
+            "spark.hadoop.javax.jdo.option.ConnectionURL": (
+                f"jdbc:derby:;databaseName={metastore};create=true"
+            ),
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse}",
+            # Tables created without a USING clause are Delta tables, with the change feed on.
+            "spark.sql.sources.default": "delta",
+            "spark.sql.legacy.createHiveTableByDefault": "false",
+            "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
+            # A laptop or CI machine: few cores, small shuffles, no web UI.
+            "spark.driver.memory": "4g",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "4",
+            "spark.sql.adaptive.enabled": "true",
+            # Delta rebuilds a table's state with this many tasks (default 50): costly on 2 cores.
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.ansi.enabled": "false",
+        }
+        if "spark.jars" not in self.server_side_parameters:
+            conf["spark.jars.packages"] = delta_maven_coordinate()
+            conf["spark.jars.ivySettings"] = IVY_SETTINGS
+        conf.update(self.server_side_parameters)
+        return conf
+
+
+_session: Any = None
+_session_settings: Optional[SessionSettings] = None
+_startup_error: Optional[DbtRuntimeError] = None
+_warehouse_lock: Optional[IO[str]] = None
+_session_guard = threading.Lock()
+
+
+def get_spark_session(settings: SessionSettings) -> Any:
+    """The process-wide SparkSession for these settings, started on first use.
+
+    A JVM holds one SparkSession configuration, so all connections of a process share it. Asking
+    for a different warehouse or master in the same process is an error rather than a silent
+    write to the wrong place.
+    """
+    global _session, _session_settings, _startup_error
+    with _session_guard:
+        if _startup_error is not None:
+            # dbt opens connections again after a failure (even to close them); starting a JVM
+            # that already failed once in this process would only fail again, slowly.
+            raise _startup_error
+        if _session is not None:
+            if _session_settings is not None and (
+                _session_settings.warehouse_dir != settings.warehouse_dir
+                or _session_settings.master != settings.master
+            ):
+                raise DbtRuntimeError(
+                    "This process already runs an embedded Spark session with warehouse "
+                    f"{_session_settings.warehouse_dir!r} and master {_session_settings.master!r}; "
+                    f"it cannot switch to warehouse {settings.warehouse_dir!r} and master "
+                    f"{settings.master!r}. Use one warehouse_dir per dbt invocation."
+                )
+            return _session
+        _check_java()
+        os.makedirs(settings.warehouse_dir, exist_ok=True)
+        if settings.uses_embedded_metastore and settings.master.startswith("local"):
+            _lock_warehouse(settings)
+        try:
+            _session = _start_session(settings)
+        except DbtRuntimeError as exc:
+            _startup_error = exc
+            raise
+        _session_settings = settings
+        return _session
+
+
+def _check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and os.path.exists(os.path.join(java_home, "bin", "java")):
+        return
+    if shutil.which("java"):
+        return
+    raise DbtRuntimeError(
+        "dbt-streamsql's embedded Spark (method: session) needs Java 17 or newer, and no `java` "
+        "was found on PATH and JAVA_HOME is not set. Install a JDK (for example "
+        "`apt-get install openjdk-17-jdk-headless`) or set JAVA_HOME to one."
+    )
+
+
+def _lock_warehouse(settings: SessionSettings) -> None:
+    """Hold an exclusive lock on the warehouse for the life of this process."""
+    global _warehouse_lock
+    if _warehouse_lock is not None:
+        return  # this process holds it already
+    path = os.path.join(settings.warehouse_dir, ".streamsql.lock")
+    handle = open(path, "a+")
+    deadline = time.monotonic() + settings.lock_timeout
+    announced = 0.0
+    while True:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            now = time.monotonic()
+            if now >= deadline:
+                handle.seek(0)
+                holder = handle.read().strip() or "unknown"
+                handle.close()
+                raise DbtRuntimeError(
+                    f"The warehouse {settings.warehouse_dir} is in use by another process "
+                    f"({holder}) and stayed locked for {settings.lock_timeout} s. The embedded "
+                    "metastore serves one process at a time: wait for that run to finish, raise "
+                    "`lock_timeout` in the profile, or run concurrent jobs against a shared "
+                    "metastore (method: thrift, or hive.metastore.uris)."
+                )
+            if now - announced >= 30:
+                logger.info(
+                    f"Waiting for another process to release the warehouse {settings.warehouse_dir}"
+                )
+                announced = now
+            time.sleep(0.5)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    _warehouse_lock = handle
+
+
+def _start_session(settings: SessionSettings) -> Any:
+    from pyspark.sql import SparkSession
+
+    conf = settings.spark_conf()
+    packages = conf.get("spark.jars.packages", "the jars named in spark.jars")
+    builder = SparkSession.builder.master(settings.master).enableHiveSupport()
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    started = time.monotonic()
+    logger.info(f"Starting embedded Spark ({settings.master}, warehouse {settings.warehouse_dir})")
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # the JVM failed to start: explain the two usual causes
+        raise DbtRuntimeError(
+            "The embedded Spark session could not start. The usual causes:\n"
+            "  1. Java: dbt-streamsql needs Java 17+ (`java -version`).\n"
+            f"  2. Delta Lake's jars: Spark resolves {packages} from Maven "
+            "Central on first use and caches it under ~/.ivy2*. Without network access, download "
+            "the jars elsewhere (e.g. `mvn dependency:copy`) and list them in the profile: "
+            "server_side_parameters: {spark.jars: /path/delta-spark.jar,/path/delta-storage.jar}.\n"
+            "Look above for 'unresolved dependency' or Java errors.\n"
+            f"Spark said: {exc}"
+        ) from exc
+    session.sparkContext.setLogLevel("ERROR")
+    logger.debug(f"Embedded Spark started in {time.monotonic() - started:.1f} s")
+    return session

@@ -1,0 +1,66 @@
+"""Run dbt in a separate process against a small project written to a temporary directory.
+
+In-process dbt runs share one JVM and one warehouse; tests about what happens across processes
+(persistence, locking, start-up failures) need real separate `dbt` processes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Mapping, Optional
+
+import yaml
+
+DBT = str(Path(sys.executable).with_name("dbt"))
+
+
+@dataclass
+class DbtProject:
+    root: Path
+    target: Dict[str, object]
+
+    @classmethod
+    def create(
+        cls,
+        root: Path,
+        models: Mapping[str, str],
+        target: Optional[Dict[str, object]] = None,
+        project_extra: Optional[Dict[str, object]] = None,
+    ) -> "DbtProject":
+        root.mkdir(parents=True, exist_ok=True)
+        project = {"name": "proc_test", "version": "1.0", "config-version": 2,
+                   "profile": "proc_test"}
+        project.update(project_extra or {})
+        (root / "dbt_project.yml").write_text(yaml.safe_dump(project))
+        (root / "models").mkdir(exist_ok=True)
+        for name, text in models.items():
+            (root / "models" / name).write_text(text)
+        created = cls(root, target or {"type": "streamsql", "schema": "proc_test"})
+        created.write_profile()
+        return created
+
+    def write_profile(self) -> None:
+        profiles = {"proc_test": {"target": "t", "outputs": {"t": self.target}}}
+        (self.root / "profiles.yml").write_text(yaml.safe_dump(profiles))
+
+    def dbt(self, *args: str, env: Optional[Dict[str, str]] = None,
+            timeout: int = 600) -> subprocess.CompletedProcess:
+        run_env = dict(os.environ)
+        run_env.update(env or {})
+        run_env.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
+        return subprocess.run(
+            [DBT, *args, "--project-dir", str(self.root), "--profiles-dir", str(self.root)],
+            cwd=self.root, env=run_env, capture_output=True, text=True, timeout=timeout,
+        )
+
+    def dbt_popen(self, *args: str) -> subprocess.Popen:
+        run_env = dict(os.environ, DBT_SEND_ANONYMOUS_USAGE_STATS="false")
+        return subprocess.Popen(
+            [DBT, *args, "--project-dir", str(self.root), "--profiles-dir", str(self.root)],
+            cwd=self.root, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )

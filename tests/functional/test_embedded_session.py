@@ -1,0 +1,65 @@
+"""method: session works with no settings, persists across processes, and fails clearly."""
+
+import os
+import shutil
+
+from tests.dbt_process import DbtProject
+
+MODELS = {
+    "numbers.sql": "{{ config(materialized='table') }} select id from range(5) as r(id)",
+    "evens.sql": "{{ config(materialized='view') }} select id from {{ ref('numbers') }} "
+    "where id % 2 = 0",
+}
+
+
+def test_tables_survive_between_dbt_processes(tmp_path):
+    project = DbtProject.create(tmp_path / "p", MODELS)
+    first = project.dbt("run", "--select", "numbers")
+    assert first.returncode == 0, first.stdout
+    # A second process, with a cold JVM, finds the table the first one made in the metastore.
+    second = project.dbt("run", "--select", "evens")
+    assert second.returncode == 0, second.stdout
+    shown = project.dbt("show", "--inline", "select count(*) as n from {{ ref('evens') }}",
+                        "--output", "json")
+    assert shown.returncode == 0, shown.stdout
+    assert '"n": 3' in shown.stdout
+    # Default warehouse: under the project, with the metastore beside the tables.
+    assert (tmp_path / "p" / "warehouse" / "metastore_db").is_dir()
+    assert (tmp_path / "p" / "warehouse" / "tables").is_dir()
+
+
+def test_unknown_method_names_the_field(tmp_path):
+    project = DbtProject.create(
+        tmp_path / "p", MODELS, target={"type": "streamsql", "schema": "s", "method": "carrier"})
+    result = project.dbt("debug")
+    assert result.returncode != 0
+    assert "carrier" in result.stdout and "method" in result.stdout
+
+
+def test_missing_schema_is_named(tmp_path):
+    project = DbtProject.create(tmp_path / "p", MODELS, target={"type": "streamsql"})
+    result = project.dbt("run")
+    assert result.returncode != 0
+    assert "schema" in result.stdout
+
+
+def test_missing_java_is_explained(tmp_path):
+    project = DbtProject.create(tmp_path / "p", MODELS)
+    bin_dir = os.path.dirname(shutil.which("dbt") or os.sys.executable)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "JAVA_HOME": ""}
+    env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not os.path.exists(f"{p}/java"))
+    result = project.dbt("run", env=env)
+    assert result.returncode != 0
+    assert "needs Java 17" in result.stdout
+
+
+def test_unresolvable_delta_jars_are_explained(tmp_path):
+    project = DbtProject.create(
+        tmp_path / "p", MODELS,
+        target={"type": "streamsql", "schema": "s",
+                "server_side_parameters": {
+                    "spark.jars.packages": "io.delta:no-such-artifact_2.13:0.0.0"}})
+    result = project.dbt("run")
+    assert result.returncode != 0
+    assert "Delta Lake's jars" in result.stdout
+    assert "spark.jars" in result.stdout
