@@ -125,6 +125,9 @@ class StreamSQLConnectionManager(SparkConnectionManager):
         except DbtRuntimeError as exc:
             connection.state = ConnectionState.FAIL
             raise FailedToConnectError(str(exc)) from exc
-        connection.handle = EmbeddedConnectionWrapper(EmbeddedHandle(spark))  # type: ignore
+        # Each connection (dbt thread) gets its own SQL session over the shared Spark context, so
+        # session settings (a step's commit metadata) and temporary views never leak across.
+        handle = EmbeddedHandle(spark.newSession())
+        connection.handle = EmbeddedConnectionWrapper(handle)  # type: ignore
         connection.state = ConnectionState.OPEN
         return connection

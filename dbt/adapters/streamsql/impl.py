@@ -5,12 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
-from dbt.adapters.base import BaseRelation
+from dbt.adapters.base import BaseRelation, available
+from dbt.adapters.contracts.connection import AdapterResponse
+from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
+from dbt.adapters.streamsql.execution.session import AdapterSqlSession
+from dbt.adapters.streamsql.execution.statements import quote
+from dbt.adapters.streamsql.execution.step import ModelSettings, StepError, StepRunner
+from dbt_common.exceptions import DbtRuntimeError
+
+logger = AdapterLogger("StreamSQL")
+STATE_SUFFIX = "__streamsql_state"
 
 DEFAULT_FILE_FORMAT = "delta"
 
@@ -29,6 +38,29 @@ class StreamSQLConfig(SparkConfig):
     unique_key: Optional[Union[List[str], str]] = None
     liquid_clustered_by: Optional[Union[List[str], str]] = None
     tblproperties: Optional[Dict[str, str]] = None
+
+
+@dataclass
+class StepResponse(AdapterResponse):
+    """What one incremental_view step did; lands in run_results.json's adapter_response."""
+
+    step: int = 0
+    plan: str = ""
+    reason: str = ""
+    changes_read: int = 0
+    applied: int = 0
+    inserted: int = 0
+    deleted: int = 0
+    late: int = 0
+    held: int = 0
+    waterline: Optional[Dict[str, Optional[str]]] = None
+    seconds: float = 0.0
+
+
+def _as_list(value: Any) -> List[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 class StreamSQLAdapter(SparkAdapter):
@@ -59,3 +91,53 @@ class StreamSQLAdapter(SparkAdapter):
         for column in columns:
             column.dtype = TREE_TYPE_TO_SQL.get(column.dtype, column.dtype)
         return columns
+
+    @available
+    def streamsql_step(
+        self, relation: BaseRelation, compiled_sql: str, config: Any, full_refresh: bool
+    ) -> StepResponse:
+        """Run one step of the incremental view `relation` (called by the materialization)."""
+        from dbt.adapters.streamsql.planning.planner import plan_step
+
+        config = dict(config or {})
+        name = str(relation.identifier)
+        schema = str(relation.schema)
+        location_root = config.get("location_root")
+        model = ModelSettings(
+            name=name,
+            target=f"{quote(schema)}.{quote(name)}",
+            target_name=f"{schema}.{name}",
+            state_table=f"{quote(schema)}.{quote(name + STATE_SUFFIX)}",
+            full_refresh=bool(full_refresh),
+            append_only=bool(config.get("append_only")),
+            partition_by=_as_list(config.get("partition_by")),
+            cluster_by=_as_list(config.get("liquid_clustered_by")),
+            tblproperties=config.get("tblproperties") or {},
+            location=f"{location_root}/{name}" if location_root else None,
+        )
+        runner = StepRunner(
+            AdapterSqlSession(self),
+            model,
+            planner=lambda sql, inputs, columns: plan_step(sql, inputs, columns, config),
+            log=logger.info,
+        )
+        try:
+            result = runner.run(compiled_sql)
+        except StepError as exc:
+            raise DbtRuntimeError(str(exc)) from exc
+        logger.info(result.log_line())
+        return StepResponse(
+            _message=result.log_line(),
+            rows_affected=result.applied,
+            step=result.step,
+            plan=result.plan,
+            reason=result.reason,
+            changes_read=result.changes_read,
+            applied=result.applied,
+            inserted=result.inserted,
+            deleted=result.deleted,
+            late=result.late,
+            held=result.held,
+            waterline=result.waterline,
+            seconds=round(result.seconds, 3),
+        )

@@ -1,0 +1,72 @@
+"""Where a model stands between steps: the record each step commits with the model's table.
+
+The record travels in the Delta commit that changes the model (`commitInfo.userMetadata`), so a
+step's effect on the model and its bookkeeping are one atomic commit: after a crash the model's
+history says exactly which step last completed and which input versions it had read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, Iterable, Mapping, Optional
+
+RECORD_KEY = "streamsql"
+FORMAT_VERSION = 1
+
+
+def sql_fingerprint(sql: str) -> str:
+    return hashlib.sha256(" ".join(sql.split()).encode()).hexdigest()[:16]
+
+
+@dataclass
+class StepRecord:
+    step: int
+    run_id: str
+    sql_fingerprint: str
+    # The run that (re)created the model's table. Delta remembers idempotent-write versions across
+    # CREATE OR REPLACE, so the idempotency key must change when the table is rebuilt.
+    incarnation: str = ""
+    input_versions: Dict[str, int] = field(default_factory=dict)
+    state_version: Optional[int] = None  # the aggregate state table's version after this step
+    waterline: Dict[str, Optional[str]] = field(default_factory=dict)
+    max_seen: Dict[str, Optional[str]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        body = asdict(self)
+        body["format"] = FORMAT_VERSION
+        return json.dumps({RECORD_KEY: body}, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: Optional[str]) -> Optional["StepRecord"]:
+        if not text:
+            return None
+        try:
+            body = json.loads(text).get(RECORD_KEY)
+        except (ValueError, AttributeError):
+            return None
+        if not isinstance(body, dict):
+            return None
+        body = {k: v for k, v in body.items() if k in cls.__dataclass_fields__}
+        return cls(**body)
+
+
+CREATING_OPERATIONS = {"CREATE TABLE", "CREATE OR REPLACE TABLE", "REPLACE TABLE",
+                       "CREATE TABLE AS SELECT", "CREATE OR REPLACE TABLE AS SELECT",
+                       "REPLACE TABLE AS SELECT"}
+
+
+def last_record(history: Iterable[Mapping[str, Any]]) -> Optional[StepRecord]:
+    """The newest step record in a table's history (newest commit first).
+
+    Commits without a record (OPTIMIZE, a user's ALTER) are skipped. A (re)creation without a record
+    ends the search: whatever came before belongs to an earlier table.
+    """
+    for commit in history:
+        record = StepRecord.from_json(commit.get("userMetadata"))
+        if record is not None:
+            return record
+        if str(commit.get("operation", "")).upper() in CREATING_OPERATIONS:
+            return None
+    return None

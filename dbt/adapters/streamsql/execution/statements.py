@@ -1,0 +1,232 @@
+"""The Spark SQL statements of a step, as pure functions of names and columns.
+
+Nothing here runs SQL; `step.py` decides when each statement runs. Every function returns one
+statement. Names passed in are already quoted where needed (`quote`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+from dbt.adapters.streamsql.planning.plan import COUNT, WEIGHT, Column
+
+ACTION = "_streamsql_action"
+EXISTING = "_streamsql_existing"
+COPIES = "_streamsql_copies"
+PLACEHOLDER = re.compile(r"`?(?<![A-Za-z0-9_])(__streamsql_[a-z0-9_]+?__)(?![A-Za-z0-9_])`?")
+
+
+def quote(identifier: str) -> str:
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def column_list(columns: Sequence[Column], prefix: str = "") -> str:
+    return ", ".join(f"{prefix}{quote(c.name)}" for c in columns)
+
+
+def null_safe_match(columns: Sequence[Column], left: str, right: str) -> str:
+    """`left.a <=> right.a AND ...`; `true` for no columns (a global aggregate's one group)."""
+    if not columns:
+        return "true"
+    return " AND ".join(f"{left}.{quote(c.name)} <=> {right}.{quote(c.name)}" for c in columns)
+
+
+def bind_placeholders(sql: str, views: Mapping[str, str]) -> str:
+    """Replace the planner's placeholder identifiers by the step's temporary view names."""
+
+    def replace(match: "re.Match[str]") -> str:
+        name = match.group(1)
+        if name not in views:
+            raise KeyError(f"the plan refers to {name}, which this step did not bind")
+        return views[name]
+
+    return PLACEHOLDER.sub(replace, sql)
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+def input_as_of(table: str, version: int) -> str:
+    return f"SELECT * FROM {table} VERSION AS OF {version}"
+
+
+def empty_input(table: str, version: int) -> str:
+    return f"SELECT * FROM {table} VERSION AS OF {version} WHERE false"
+
+
+def input_snapshot_as_change(table: str, columns: Sequence[Column], version: int) -> str:
+    """The first step: everything in the input is an insert."""
+    return (
+        f"SELECT {column_list(columns)}, CAST(1 AS BIGINT) AS {WEIGHT} "
+        f"FROM {table} VERSION AS OF {version}"
+    )
+
+
+def input_changes(table_name: str, columns: Sequence[Column], after: int, upto: int) -> str:
+    """The change feed between two versions as weighted rows (updates are -pre +post)."""
+    return (
+        f"SELECT {column_list(columns)}, CAST(CASE WHEN _change_type IN ('insert', "
+        f"'update_postimage') THEN 1 ELSE -1 END AS BIGINT) AS {WEIGHT} "
+        f"FROM table_changes('{table_name}', {after + 1}, {upto})"
+    )
+
+
+def temp_view(name: str, select: str) -> str:
+    return f"CREATE OR REPLACE TEMPORARY VIEW {name} AS {select}"
+
+
+def cached_view(name: str, select: str) -> str:
+    """Computed once, used several times in the step (eager)."""
+    return f"CACHE TABLE {name} AS {select}"
+
+
+def uncache(name: str) -> str:
+    return f"UNCACHE TABLE IF EXISTS {name}"
+
+
+# -- the model's change ---------------------------------------------------------------------------
+
+def consolidate(change_view: str, columns: Sequence[Column]) -> str:
+    """Net weight per distinct row; rows whose changes cancel out disappear."""
+    cols = column_list(columns)
+    return (
+        f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM {change_view} "
+        f"GROUP BY {cols} HAVING SUM({WEIGHT}) <> 0"
+    )
+
+
+def change_counts(net_view: str) -> str:
+    return (
+        f"SELECT COALESCE(SUM(CASE WHEN {WEIGHT} > 0 THEN {WEIGHT} ELSE 0 END), 0) AS inserts, "
+        f"COALESCE(SUM(CASE WHEN {WEIGHT} < 0 THEN -{WEIGHT} ELSE 0 END), 0) AS deletes "
+        f"FROM {net_view}"
+    )
+
+
+def count_rows(view: str) -> str:
+    return f"SELECT COUNT(*) AS n FROM {view}"
+
+
+def insert_copies(target: str, net_view: str, columns: Sequence[Column]) -> str:
+    """A change with only inserts: a blind append, `weight` copies of each row."""
+    cols = column_list(columns)
+    return (
+        f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {net_view} "
+        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES}"
+    )
+
+
+def merge_change(target: str, net_view: str, columns: Sequence[Column]) -> str:
+    """Apply a multiset change in one atomic MERGE.
+
+    A row r with net weight w > 0 gains w copies. A row with w < 0 loses |w| copies: all copies of
+    r are deleted and max(existing + w, 0) copies re-inserted, because a MERGE cannot delete some
+    of several identical rows. Delete actions match on every column (null-safe); insert actions
+    never match and fall through to WHEN NOT MATCHED.
+    """
+    cols = column_list(columns)
+    shrinking = f"(SELECT * FROM {net_view} WHERE {WEIGHT} < 0)"
+    existing = (
+        f"SELECT {column_list(columns, 's.')}, FIRST(s.{WEIGHT}) AS {WEIGHT}, "
+        f"COUNT(*) AS {EXISTING} FROM {target} t JOIN {shrinking} s "
+        f"ON {null_safe_match(columns, 't', 's')} GROUP BY {column_list(columns, 's.')}"
+    )
+    source = (
+        f"SELECT {cols}, 'delete' AS {ACTION} FROM {shrinking} "
+        f"UNION ALL "
+        f"SELECT {cols}, 'insert' AS {ACTION} FROM {net_view} "
+        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES} WHERE {WEIGHT} > 0 "
+        f"UNION ALL "
+        f"SELECT {cols}, 'insert' AS {ACTION} FROM ({existing}) "
+        f"LATERAL VIEW explode(sequence(1, {EXISTING} + {WEIGHT})) copies AS {COPIES} "
+        f"WHERE {EXISTING} + {WEIGHT} > 0"
+    )
+    return (
+        f"MERGE INTO {target} AS t USING ({source}) AS s "
+        f"ON s.{ACTION} = 'delete' AND {null_safe_match(columns, 't', 's')} "
+        f"WHEN MATCHED THEN DELETE "
+        f"WHEN NOT MATCHED AND s.{ACTION} = 'insert' THEN INSERT ({cols}) "
+        f"VALUES ({column_list(columns, 's.')})"
+    )
+
+
+# -- aggregate state ------------------------------------------------------------------------------
+
+def previous_groups(state: str, group_delta: str, group_columns: Sequence[Column]) -> str:
+    """The state rows of the groups this step touches, before the step."""
+    return (
+        f"SELECT st.* FROM {state} st LEFT SEMI JOIN {group_delta} d "
+        f"ON {null_safe_match(group_columns, 'st', 'd')}"
+    )
+
+
+def output_change(output_new: str, output_old: str, columns: Sequence[Column]) -> str:
+    cols = column_list(columns)
+    return (
+        f"SELECT {cols}, CAST(1 AS BIGINT) AS {WEIGHT} FROM ({output_new}) "
+        f"UNION ALL SELECT {cols}, CAST(-1 AS BIGINT) AS {WEIGHT} FROM ({output_old})"
+    )
+
+
+def merge_state(state: str, new_groups: str, group_columns: Sequence[Column],
+                state_columns: Sequence[Column]) -> str:
+    cols = column_list(state_columns)
+    updates = ", ".join(
+        f"{quote(c.name)} = n.{quote(c.name)}" for c in state_columns if c not in group_columns
+    )
+    update_clause = f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else ""
+    return (
+        f"MERGE INTO {state} AS st USING {new_groups} AS n "
+        f"ON {null_safe_match(group_columns, 'st', 'n')} "
+        f"WHEN MATCHED AND n.{COUNT} <= 0 THEN DELETE "
+        f"{update_clause}"
+        f"WHEN NOT MATCHED AND n.{COUNT} > 0 THEN INSERT ({cols}) "
+        f"VALUES ({column_list(state_columns, 'n.')})"
+    )
+
+
+# -- tables ---------------------------------------------------------------------------------------
+
+def table_properties(extra: Optional[Mapping[str, str]] = None) -> str:
+    properties: Dict[str, str] = {"delta.enableChangeDataFeed": "true"}
+    properties.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+
+
+def create_table(
+    name: str,
+    columns: Sequence[Column],
+    properties: Optional[Mapping[str, str]] = None,
+    partition_by: Iterable[str] = (),
+    cluster_by: Iterable[str] = (),
+    location: Optional[str] = None,
+) -> str:
+    definition = ", ".join(f"{quote(c.name)} {c.data_type}" for c in columns)
+    clauses: List[str] = [f"CREATE OR REPLACE TABLE {name} ({definition}) USING delta"]
+    partitions = list(partition_by)
+    if partitions:
+        clauses.append(f"PARTITIONED BY ({', '.join(quote(p) for p in partitions)})")
+    clustering = list(cluster_by)
+    if clustering:
+        clauses.append(f"CLUSTER BY ({', '.join(quote(c) for c in clustering)})")
+    if location:
+        clauses.append(f"LOCATION '{location}'")
+    clauses.append(f"TBLPROPERTIES ({table_properties(properties)})")
+    return " ".join(clauses)
+
+
+def set_conf(key: str, value: str) -> str:
+    return f"SET {key}={value}"
+
+
+def reset_conf(key: str) -> str:
+    return f"RESET {key}"
+
+
+def restore(table: str, version: int) -> str:
+    return f"RESTORE TABLE {table} TO VERSION AS OF {version}"
+
+
+def mark_step(table: str, step: int) -> str:
+    """A metadata-only commit: how a step that changes no row still records its progress."""
+    return f"ALTER TABLE {table} SET TBLPROPERTIES ('streamsql.step' = '{step}')"

@@ -1,0 +1,428 @@
+"""One step of an incremental view: read input changes, compute the model's change, apply it.
+
+Commit order is what makes a step exactly-once:
+
+1. Undo what a crashed attempt of this step left in side tables (the aggregate state table is
+   restored to the version the last completed step recorded).
+2. Write side tables (aggregate state).
+3. Commit the model's change together with the step record (`progress.StepRecord`) in one Delta
+   commit, made idempotent with Delta's `txnAppId`/`txnVersion`: a second commit for the same step
+   number is skipped by Delta itself.
+
+A step killed before 3 has changed nothing a reader of the model can see, and its re-run redoes it;
+a step killed after 3 is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence
+
+from dbt.adapters.streamsql.execution import statements as sql
+from dbt.adapters.streamsql.execution.progress import StepRecord, last_record, sql_fingerprint
+from dbt.adapters.streamsql.planning.plan import (
+    COUNT,
+    GROUP_DELTA,
+    GROUPS,
+    STATE,
+    TARGET,
+    WEIGHT,
+    Column,
+    InputTable,
+    StepPlan,
+    delta_input,
+    new_input,
+    old_input,
+)
+
+FAULT_INJECTION_ENV = "STREAMSQL_TEST_FAIL_AT"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+class StepError(Exception):
+    """A step cannot run; the message names the model and says what to do."""
+
+
+class InjectedFault(Exception):
+    """Raised at a named point of a step when the test-only fault switch asks for it."""
+
+
+class SqlSession(Protocol):
+    def query(self, statement: str) -> List[Dict[str, Any]]: ...
+
+    def run(self, statement: str) -> None: ...
+
+
+@dataclass
+class InputState:
+    table: InputTable
+    relation: str  # quoted name to use in SQL
+    version: int
+
+
+@dataclass
+class StepResult:
+    model: str
+    step: int
+    plan: str
+    reason: str
+    changes_read: int = 0
+    inserted: int = 0
+    deleted: int = 0
+    late: int = 0
+    held: int = 0
+    waterline: Dict[str, Optional[str]] = field(default_factory=dict)
+    seconds: float = 0.0
+    skipped: bool = False  # nothing changed in the inputs since the last step
+
+    @property
+    def applied(self) -> int:
+        return self.inserted + self.deleted
+
+    def log_line(self) -> str:
+        if self.skipped:
+            return (f"{self.model}: step {self.step}: inputs unchanged, nothing to do "
+                    f"({self.seconds:.1f} s)")
+        waterline = ", ".join(f"{k}={v}" for k, v in self.waterline.items()) or "none"
+        return (
+            f"{self.model}: step {self.step}: read {self.changes_read} changes, applied "
+            f"{self.applied} (+{self.inserted} -{self.deleted}), late {self.late}, held "
+            f"{self.held}, waterline {waterline}; {self.plan} ({self.reason}); "
+            f"{self.seconds:.1f} s"
+        )
+
+
+@dataclass
+class ModelSettings:
+    name: str  # the model's name for messages
+    target: str  # quoted schema.identifier of the model's table
+    target_name: str  # unquoted schema.identifier (for table_changes and txnAppId)
+    state_table: str  # quoted name of the aggregate state table
+    full_refresh: bool = False
+    append_only: bool = False
+    partition_by: Sequence[str] = ()
+    cluster_by: Sequence[str] = ()
+    tblproperties: Mapping[str, str] = field(default_factory=dict)
+    location: Optional[str] = None
+
+
+class StepRunner:
+    """Runs one step of one model against a SQL session."""
+
+    def __init__(
+        self,
+        session: SqlSession,
+        model: ModelSettings,
+        planner: Callable[[str, Sequence[InputTable], Sequence[Column]], StepPlan],
+        log: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.session = session
+        self.model = model
+        self.planner = planner
+        self.log = log
+        self.run_id = uuid.uuid4().hex
+        token = "".join(ch if ch.isalnum() else "_" for ch in model.target_name)
+        self.view_prefix = f"_streamsql_{token}_{self.run_id[:8]}"
+        self._views: List[str] = []
+        self._cached: List[str] = []
+
+    # -- entry point ------------------------------------------------------------------------------
+
+    def run(self, compiled_sql: str) -> StepResult:
+        started = time.monotonic()
+        try:
+            result = self._run(compiled_sql)
+        finally:
+            self._drop_views()
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _run(self, compiled_sql: str) -> StepResult:
+        from dbt.adapters.streamsql.planning.references import referenced_tables
+
+        inputs = [self._describe_input(name) for name in referenced_tables(compiled_sql)]
+        output_columns = self._describe_query(compiled_sql)
+        plan = self.planner(compiled_sql, [i.table for i in inputs], output_columns)
+        fingerprint = sql_fingerprint(compiled_sql)
+
+        previous = self._prepare_target(plan, inputs, output_columns, fingerprint)
+        step = previous.step + 1
+        versions = {i.table.name: i.version for i in inputs}
+        if previous.step > 0 and versions == previous.input_versions:
+            return StepResult(self.model.name, previous.step, plan.strategy, plan.reason,
+                              waterline=dict(previous.waterline), skipped=True)
+
+        self._checkpoint("start")
+        result = StepResult(self.model.name, step, plan.strategy, plan.reason)
+        views = self._bind_inputs(inputs, previous, result)
+        record = StepRecord(step=step, run_id=self.run_id, sql_fingerprint=fingerprint,
+                            incarnation=previous.incarnation, input_versions=versions, waterline=dict(previous.waterline),
+                            max_seen=dict(previous.max_seen))
+
+        # Everything a step reads is pinned to a version: Spark re-computes cached views when a
+        # table under them changes, and this step itself changes the state and target tables.
+        if plan.strategy == "aggregate":
+            net = self._aggregate_change(plan, views, previous, record)
+        else:
+            views[TARGET] = self._view("target", sql.input_as_of(
+                self.model.target, self._latest_version(self.model.target)))
+            change = self._cache("change", sql.bind_placeholders(plan.change_sql or "", views))
+            net = self._cache("net", sql.consolidate(change, plan.output_columns))
+
+        counts = self.session.query(sql.change_counts(net))[0]
+        result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
+        if self.model.append_only and result.deleted:
+            raise StepError(
+                f"Model {self.model.name} is configured append_only, but step {step} would "
+                f"delete or update {result.deleted} row(s) of it. Nothing was changed. Remove "
+                "`append_only` from the model's config if its result can shrink, or find the "
+                "input update/delete that caused this."
+            )
+        self._checkpoint("before_commit")
+        self._commit(net, plan.output_columns, result, record)
+        self._checkpoint("after_commit")
+        result.waterline = dict(record.waterline)
+        return result
+
+    # -- inputs -----------------------------------------------------------------------------------
+
+    def _describe_input(self, name: str) -> InputState:
+        relation = ".".join(sql.quote(part) for part in name.split("."))
+        try:
+            history = self.session.query(f"DESCRIBE HISTORY {relation} LIMIT 1")
+        except Exception as exc:
+            message = str(exc)
+            if "DELTA_MISSING_DELTA_TABLE" in message or "not a Delta table" in message:
+                raise StepError(
+                    f"Model {self.model.name} reads {name}, which is not a Delta table, so its "
+                    "changes cannot be read. Make it a Delta table (materialized='table' or "
+                    "'incremental_view' on this adapter, or CONVERT TO DELTA for a source)."
+                ) from exc
+            if "TABLE_OR_VIEW_NOT_FOUND" in message or "not found" in message.lower():
+                raise StepError(
+                    f"Model {self.model.name} reads {name}, which does not exist (or is a view; "
+                    "incremental views read tables: materialize it as a table or incremental_view)."
+                ) from exc
+            raise
+        properties = {
+            row["key"]: row["value"]
+            for row in self.session.query(f"SHOW TBLPROPERTIES {relation}")
+        }
+        if properties.get("delta.enableChangeDataFeed", "false").lower() != "true":
+            raise StepError(
+                f"Model {self.model.name} reads {name}, whose Delta change data feed is off, so "
+                "the step cannot tell what changed. Enable it with: ALTER TABLE "
+                f"{name} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+            )
+        columns = tuple(
+            Column(row["col_name"], row["data_type"])
+            for row in self._describe_rows(f"DESCRIBE TABLE {relation}")
+        )
+        return InputState(InputTable(name, columns), relation, int(history[0]["version"]))
+
+    def _describe_query(self, compiled_sql: str) -> List[Column]:
+        body = compiled_sql.strip().rstrip(";")
+        return [Column(row["col_name"], row["data_type"])
+                for row in self._describe_rows(f"DESCRIBE QUERY {body}")]
+
+    def _describe_rows(self, statement: str) -> List[Dict[str, Any]]:
+        rows = []
+        for row in self.session.query(statement):
+            name = (row.get("col_name") or "").strip()
+            if not name or name.startswith("#"):
+                break  # partition and detail sections follow a blank or '#' line
+            rows.append(row)
+        return rows
+
+    def _bind_inputs(self, inputs: Sequence[InputState], previous: StepRecord,
+                     result: StepResult) -> Dict[str, str]:
+        views: Dict[str, str] = {}
+        for i, item in enumerate(inputs):
+            name, cols, now = item.table.name, item.table.columns, item.version
+            before = previous.input_versions.get(name)
+            views[new_input(i)] = self._view(f"new_{i}", sql.input_as_of(item.relation, now))
+            if before is None:
+                views[old_input(i)] = self._view(f"old_{i}", sql.empty_input(item.relation, now))
+                change = sql.input_snapshot_as_change(item.relation, cols, now)
+            else:
+                views[old_input(i)] = self._view(f"old_{i}",
+                                                 sql.input_as_of(item.relation, before))
+                if before == now:
+                    change = sql.input_snapshot_as_change(item.relation, cols, now) + " WHERE false"
+                else:
+                    change = sql.input_changes(name, cols, before, now)
+            views[delta_input(i)] = self._cache(f"delta_{i}", change)
+            result.changes_read += int(
+                self.session.query(sql.count_rows(views[delta_input(i)]))[0]["n"])
+        return views
+
+    # -- the model's table ------------------------------------------------------------------------
+
+    def _prepare_target(self, plan: StepPlan, inputs: Sequence[InputState],
+                        output_columns: Sequence[Column], fingerprint: str) -> StepRecord:
+        """The last completed step; (re)creates the model's tables on the first or a full-refresh run."""
+        model = self.model
+        previous: Optional[StepRecord] = None
+        exists = self._table_exists(model.target)
+        if exists and not model.full_refresh:
+            previous = last_record(self.session.query(f"DESCRIBE HISTORY {model.target}"))
+            if previous is None:
+                raise StepError(
+                    f"Model {model.name}: the table {model.target_name} exists but was not built "
+                    "by incremental_view (no step record in its Delta history). Run `dbt run "
+                    f"--full-refresh --select {model.name}` to rebuild it as an incremental view."
+                )
+            if previous.sql_fingerprint != fingerprint:
+                raise StepError(
+                    f"Model {model.name}: its SQL changed since step {previous.step}, so its "
+                    "table no longer matches its query. Run `dbt run --full-refresh --select "
+                    f"{model.name}` to rebuild it from its inputs."
+                )
+            return self._recover(plan, previous)
+        # Step 0: empty tables; the first step then reads every input in full.
+        record = StepRecord(step=0, run_id=self.run_id, sql_fingerprint=fingerprint,
+                            incarnation=self.run_id)
+        if plan.aggregate is not None:
+            self.session.run(sql.create_table(self.model.state_table,
+                                              self._state_columns(plan, inputs)))
+            record.state_version = self._latest_version(self.model.state_table)
+        self._with_record(record, lambda: self.session.run(sql.create_table(
+            model.target, output_columns, model.tblproperties, model.partition_by,
+            model.cluster_by, model.location)), idempotent=False)
+        return record
+
+    def _state_columns(self, plan: StepPlan, inputs: Sequence[InputState]) -> List[Column]:
+        """The state table's columns; types the planner could not infer come from Spark."""
+        assert plan.aggregate is not None
+        declared = list(plan.aggregate.state_columns)
+        if all(c.data_type for c in declared):
+            return declared
+        views: Dict[str, str] = {}
+        for i, item in enumerate(inputs):
+            views[new_input(i)] = views[old_input(i)] = f"(SELECT * FROM {item.relation})"
+            views[delta_input(i)] = (f"(SELECT *, CAST(1 AS BIGINT) AS {WEIGHT} "
+                                     f"FROM {item.relation})")
+        described = {c.name: c.data_type for c in self._describe_query(
+            sql.bind_placeholders(plan.aggregate.delta_sql, views))}
+        return [Column(c.name, c.data_type or described[c.name]) for c in declared]
+
+    def _recover(self, plan: StepPlan, previous: StepRecord) -> StepRecord:
+        """Undo what a failed attempt of the next step left in side tables."""
+        if plan.aggregate is not None and previous.state_version is not None:
+            current = self._latest_version(self.model.state_table)
+            if current != previous.state_version:
+                self.log(f"{self.model.name}: undoing an interrupted step in its state table "
+                         f"(version {current} -> {previous.state_version})")
+                self.session.run(sql.restore(self.model.state_table, previous.state_version))
+        return previous
+
+    def _table_exists(self, relation: str) -> bool:
+        try:
+            self.session.query(f"DESCRIBE TABLE {relation}")
+        except Exception as exc:
+            if "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
+                return False
+            raise
+        return True
+
+    def _latest_version(self, relation: str) -> int:
+        return int(self.session.query(f"DESCRIBE HISTORY {relation} LIMIT 1")[0]["version"])
+
+    # -- aggregates -------------------------------------------------------------------------------
+
+    def _aggregate_change(self, plan: StepPlan, views: Dict[str, str], previous: StepRecord,
+                          record: StepRecord) -> str:
+        aggregate = plan.aggregate
+        assert aggregate is not None
+        group_columns = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
+        assert previous.state_version is not None
+        views[STATE] = self._view("state", sql.input_as_of(self.model.state_table,
+                                                           previous.state_version))
+        views[GROUP_DELTA] = self._cache("group_delta",
+                                         sql.bind_placeholders(aggregate.delta_sql, views))
+        new_groups = self._cache("groups_new", sql.bind_placeholders(aggregate.combine_sql, views))
+        old_groups = self._cache("groups_old", sql.previous_groups(
+            views[STATE], views[GROUP_DELTA], group_columns))
+        output_new = sql.bind_placeholders(aggregate.output_sql, {**views, GROUPS: new_groups})
+        output_old = sql.bind_placeholders(aggregate.output_sql, {**views, GROUPS: old_groups})
+        change = self._cache("change", sql.output_change(output_new, output_old,
+                                                         plan.output_columns))
+        net = self._cache("net", sql.consolidate(change, plan.output_columns))
+        self._checkpoint("before_state")
+        self._with_record(record, lambda: self.session.run(sql.merge_state(
+            self.model.state_table, new_groups, group_columns, aggregate.state_columns)),
+            idempotent=False)
+        record.state_version = self._latest_version(self.model.state_table)
+        self._checkpoint("after_state")
+        return net
+
+    # -- commit -----------------------------------------------------------------------------------
+
+    def _commit(self, net: str, columns: Sequence[Column], result: StepResult,
+                record: StepRecord) -> None:
+        target = self.model.target
+        if result.deleted:
+            statement = sql.merge_change(target, net, columns)
+        elif result.inserted:
+            statement = sql.insert_copies(target, net, columns)
+        else:
+            statement = sql.mark_step(target, record.step)
+        self._with_record(record, lambda: self.session.run(statement), idempotent=True)
+        committed = last_record(self.session.query(f"DESCRIBE HISTORY {target} LIMIT 20"))
+        if committed is None or (committed.step, committed.run_id) != (record.step, self.run_id):
+            raise StepError(
+                f"Model {self.model.name}: another run completed step {record.step} at the same "
+                "time; this run applied nothing. The model is consistent; run again to continue."
+            )
+
+    def _with_record(self, record: StepRecord, write: Callable[[], None], idempotent: bool) -> None:
+        """Run one writing statement whose Delta commit carries the step record."""
+        settings = [(USER_METADATA, record.to_json())]
+        if idempotent:
+            settings += [(TXN_APP_ID, f"streamsql:{self.model.target_name}:{record.incarnation}"),
+                         (TXN_VERSION, str(record.step))]
+        for key, value in settings:
+            self.session.run(sql.set_conf(key, value))
+        try:
+            write()
+        finally:
+            for key, _ in settings:
+                self.session.run(sql.reset_conf(key))
+
+    # -- views and faults -------------------------------------------------------------------------
+
+    def _view(self, label: str, select: str) -> str:
+        name = f"{self.view_prefix}_{label}"
+        self.session.run(sql.temp_view(name, select))
+        self._views.append(name)
+        return name
+
+    def _cache(self, label: str, select: str) -> str:
+        name = f"{self.view_prefix}_{label}"
+        self.session.run(sql.cached_view(name, select))
+        self._cached.append(name)
+        return name
+
+    def _drop_views(self) -> None:
+        for name in reversed(self._cached):
+            try:
+                self.session.run(sql.uncache(name))
+                self.session.run(f"DROP VIEW IF EXISTS {name}")
+            except Exception:  # cleanup must not hide the step's own error
+                pass
+        for name in reversed(self._views):
+            try:
+                self.session.run(f"DROP VIEW IF EXISTS {name}")
+            except Exception:
+                pass
+
+    def _checkpoint(self, point: str) -> None:
+        """Test-only fault injection: fail here if STREAMSQL_TEST_FAIL_AT names this point."""
+        wanted = os.environ.get(FAULT_INJECTION_ENV)
+        if wanted and wanted == point:
+            raise InjectedFault(f"injected fault at {point} (step of {self.model.name})")

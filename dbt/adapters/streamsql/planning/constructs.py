@@ -1,0 +1,140 @@
+"""Recognizing the SQL constructs that decide between a fast path and recompute."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from sqlglot import exp
+
+from dbt.adapters.streamsql.planning.errors import RecomputeRequired
+from dbt.adapters.streamsql.planning.functions import (
+    AGGREGATE_FUNCTIONS,
+    BUILTIN_FUNCTIONS,
+    NON_PER_ROW_GROUPINGS,
+    NONDETERMINISTIC_FUNCTIONS,
+)
+
+DIALECT = "spark"
+
+# sqlglot classes for nondeterministic functions (their Spark spelling may differ from the class).
+_NONDETERMINISTIC_CLASSES = tuple(
+    getattr(exp, name)
+    for name in (
+        "Rand", "Randn", "Randstr", "Uniform", "Uuid", "Shuffle", "CurrentTimestamp", "CurrentDate",
+        "CurrentTime", "Localtimestamp", "CurrentUser", "CurrentSchema", "CurrentCatalog",
+        "CurrentTimezone", "SessionUser", "CurrentDatabase",
+    )
+    if hasattr(exp, name)
+)
+
+
+def function_name(node: exp.Func) -> str:
+    """The name Spark knows a function call by, lower case (e.g. "collect_list", "window")."""
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    rendered = node.sql(DIALECT)
+    return rendered.split("(", 1)[0].strip().lower()
+
+
+def is_aggregate_call(node: exp.Expression) -> bool:
+    """An aggregate function call, possibly wrapped in FILTER (WHERE ...); not a window call."""
+    if isinstance(node, exp.Filter):
+        return is_aggregate_call(node.this)
+    if isinstance(node.parent, exp.Window) and node.arg_key == "this":
+        return False
+    if isinstance(node, exp.AggFunc):
+        return True
+    return isinstance(node, exp.Anonymous) and node.name.lower() in AGGREGATE_FUNCTIONS
+
+
+def aggregate_calls(node: exp.Expression) -> Iterator[exp.Expression]:
+    """Outermost aggregate calls in `node`, not looking into subqueries."""
+    if is_aggregate_call(node):
+        yield node
+        return
+    if isinstance(node, exp.Query):
+        return
+    for child in node.iter_expressions():
+        yield from aggregate_calls(child)
+
+
+def contains_aggregate(node: exp.Expression) -> bool:
+    return next(aggregate_calls(node), None) is not None
+
+
+def nonlinear_construct(tree: exp.Expression) -> Optional[str]:
+    """Why no fast path can maintain `tree`, whatever its shape; None when nothing stands in the way.
+
+    Looks for: nondeterministic or user-defined functions, window functions, subquery expressions
+    (IN/EXISTS/scalar), LIMIT/OFFSET, TABLESAMPLE, PIVOT, lateral subqueries, session windows and
+    time travel.
+    """
+    for node in tree.walk():
+        if isinstance(node, exp.Window):
+            call = node.this
+            name = function_name(call) if isinstance(call, exp.Func) else call.sql(DIALECT)
+            return f"window function {name}() is not maintained incrementally"
+        if isinstance(node, (exp.Limit, exp.Offset, exp.Fetch)):
+            return f"{node.key.upper()} is not maintained incrementally"
+        if isinstance(node, exp.TableSample):
+            return "TABLESAMPLE is not maintained incrementally"
+        if isinstance(node, (exp.Pivot,)):
+            return "PIVOT/UNPIVOT is not maintained incrementally"
+        if isinstance(node, exp.Table) and (node.args.get("version") or node.args.get("when")):
+            return "time travel (VERSION/TIMESTAMP AS OF) is not maintained incrementally"
+        if isinstance(node, exp.Lateral) and not isinstance(node.this, exp.Func):
+            return "lateral subquery is not maintained incrementally"
+        if isinstance(node, exp.Exists):
+            return "EXISTS subquery is not maintained incrementally"
+        if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join)):
+            return "subquery expression (IN/scalar subquery) is not maintained incrementally"
+        if isinstance(node, exp.Query) and not isinstance(node, exp.Subquery) and node.parent is not None and not isinstance(
+            node.parent, (exp.Subquery, exp.SetOperation, exp.CTE, exp.With)
+        ):
+            return "subquery expression (IN/scalar subquery) is not maintained incrementally"
+        if isinstance(node, exp.Func):
+            reason = _function_obstacle(node)
+            if reason:
+                return reason
+    return None
+
+
+def _function_obstacle(node: exp.Func) -> Optional[str]:
+    name = function_name(node)
+    if isinstance(node, _NONDETERMINISTIC_CLASSES) or name in NONDETERMINISTIC_FUNCTIONS:
+        return f"nondeterministic function {name}() is not maintained incrementally"
+    if name in NON_PER_ROW_GROUPINGS:
+        return f"{name}() merges rows across changes and is not maintained incrementally"
+    if isinstance(node, exp.GroupConcat):
+        # sqlglot does not render Spark's listagg/string_agg faithfully (default delimiter).
+        return f"{name}() is not maintained incrementally"
+    if isinstance(node, exp.Anonymous) and name not in BUILTIN_FUNCTIONS:
+        return f"user-defined function {name}() may be nondeterministic or an aggregate"
+    return None
+
+
+def require_linear_select(select: exp.Select) -> None:
+    """Raises RecomputeRequired when a SELECT block is not a plain projection/filter/join."""
+    if select.args.get("group") or select.args.get("having"):
+        raise RecomputeRequired("GROUP BY below the top of the query is not maintained incrementally")
+    if select.args.get("distinct"):
+        raise RecomputeRequired("DISTINCT below the top of the query is not maintained incrementally")
+    for projection in select.expressions:
+        if contains_aggregate(projection):
+            raise RecomputeRequired("an aggregate below the top of the query is not maintained incrementally")
+    for key in ("qualify", "connect", "prewhere", "match"):
+        if select.args.get(key):
+            raise RecomputeRequired(f"{key.upper()} is not maintained incrementally")
+
+
+def drop_ordering(tree: exp.Expression) -> exp.Expression:
+    """Removes ORDER BY / SORT BY / DISTRIBUTE BY / CLUSTER BY of query blocks.
+
+    They do not change a query's result as a multiset (LIMIT/OFFSET, which would, are rejected
+    separately before this runs).
+    """
+    for node in list(tree.find_all(exp.Select, exp.Union, exp.Subquery)):
+        for key in ("order", "sort", "distribute", "cluster"):
+            if node.args.get(key) is not None:
+                node.set(key, None)
+    return tree

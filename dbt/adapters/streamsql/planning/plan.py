@@ -1,0 +1,112 @@
+"""What the planner hands to the executor: the Spark SQL of one step, and why.
+
+The planner is pure Python over sqlglot ASTs (Spark dialect). It never talks to Spark. The executor
+(`dbt.adapters.streamsql.execution`) binds the placeholders below to real relations and runs the
+statements in a crash-safe order.
+
+Placeholders. Plans refer to the inputs of the model only through these identifiers, which the
+executor replaces (as whole identifiers) by temporary views:
+
+    __streamsql_new_<i>__    input i as of the version this step reads up to
+    __streamsql_old_<i>__    input i as of the version the previous step read up to (empty on the
+                             first step)
+    __streamsql_delta_<i>__  the change of input i between the two: input i's columns plus
+                             `_streamsql_weight` BIGINT (+1 inserted row, -1 deleted row; an update is
+                             a -1 of the old row and a +1 of the new one)
+    __streamsql_state__      (aggregate plans) the model's state table as of the previous step
+    __streamsql_group_delta__ (aggregate plans) the result of `AggregatePlan.delta_sql`
+    __streamsql_groups__     (aggregate plans) a relation with the state table's columns
+    __streamsql_target__     (recompute plans) the model's table as of the previous step
+
+`<i>` is the position of the input in `StepPlan.inputs`.
+
+Every "change" SQL returns the model's output columns, in order, plus `_streamsql_weight` BIGINT.
+A change need not be consolidated (the same row may appear with +1 and -1); the executor
+consolidates it before applying it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+WEIGHT = "_streamsql_weight"
+COUNT = "_streamsql_count"
+
+
+def new_input(i: int) -> str:
+    return f"__streamsql_new_{i}__"
+
+
+def old_input(i: int) -> str:
+    return f"__streamsql_old_{i}__"
+
+
+def delta_input(i: int) -> str:
+    return f"__streamsql_delta_{i}__"
+
+
+STATE = "__streamsql_state__"
+GROUP_DELTA = "__streamsql_group_delta__"
+GROUPS = "__streamsql_groups__"
+TARGET = "__streamsql_target__"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    data_type: str  # Spark SQL type as `DESCRIBE` prints it, e.g. "bigint", "decimal(10,2)"
+
+
+@dataclass(frozen=True)
+class InputTable:
+    """An input of the model as it appears in the compiled SQL."""
+
+    name: str  # normalized: lower case, unquoted, dot-joined, e.g. "demo.sensors"
+    columns: Tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class AggregatePlan:
+    """Maintains GROUP BY / DISTINCT through a state table of per-group partial aggregates.
+
+    State table columns: `group_columns` (one per GROUP BY expression, `_streamsql_g<k>`), then
+    `_streamsql_count` (BIGINT, the group's row count; a group with count 0 is gone), then the
+    partial aggregates (`_streamsql_a<j>...`). `state_columns` lists all of them with types.
+    """
+
+    group_columns: Tuple[str, ...]
+    state_columns: Tuple[Column, ...]
+    # SELECT group columns, _streamsql_count and partial-aggregate *changes*, grouped by the group
+    # columns, over the delta placeholders (and old/new placeholders below joins).
+    delta_sql: str
+    # SELECT all state columns: the new state of every group present in
+    # `__streamsql_group_delta__` (the result of `delta_sql`), combining it with `__streamsql_state__`
+    # (full outer join on the group columns, null-safe). Groups whose new count is 0 are included
+    # with count 0 so the executor can delete them. Where a partial cannot be combined (MIN/MAX
+    # after a deletion, COUNT(DISTINCT)), this SQL recomputes those groups from the new inputs.
+    combine_sql: str
+    # SELECT the model's output columns, then the group columns, from `__streamsql_groups__` (a
+    # relation with the state columns): HAVING applied, groups with count <= 0 produce no row
+    # (except a global aggregate without GROUP BY, which always has exactly one row). The group
+    # columns let the executor tie an output change back to its group (LATENESS).
+    output_sql: str
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    strategy: str  # "linear" | "aggregate" | "recompute"
+    reason: str  # one line for the step log, e.g. "fast path: filter, projection" or
+    # "recompute: window function ROW_NUMBER is not maintained incrementally"
+    inputs: Tuple[InputTable, ...]
+    output_columns: Tuple[Column, ...]
+    # linear: the model's change from the input changes.
+    # recompute: the model's full new contents with weight +1 UNION ALL
+    #            `__streamsql_target__` with weight -1.
+    # aggregate: None (see `aggregate`).
+    change_sql: Optional[str] = None
+    aggregate: Optional[AggregatePlan] = None
+    # True when the model's result can only gain rows given append-only inputs (used to pick a
+    # plain INSERT instead of MERGE when every input change in a step is an insert).
+    monotonic: bool = False
+    notes: Dict[str, str] = field(default_factory=dict)

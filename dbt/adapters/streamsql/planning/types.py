@@ -1,0 +1,128 @@
+"""What the planner can tell about the Spark type of an expression without asking Spark.
+
+Only what is certain: column references (through derived tables that pass a column through),
+CASTs and numeric literals. Anything else is unknown (None); callers then fall back to a type the
+executor reads with DESCRIBE QUERY, or to recomputing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+from sqlglot import exp
+
+from dbt.adapters.streamsql.planning.binding import bound_input
+from dbt.adapters.streamsql.planning.plan import InputTable
+
+INTEGRAL, FRACTIONAL, DECIMAL = "integral", "fractional", "decimal"
+
+_INTEGRAL_TYPES = {"tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long"}
+_FRACTIONAL_TYPES = {"float", "real", "double"}
+_DECIMAL = re.compile(r"^(?:decimal|dec|numeric)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$")
+
+
+def numeric_kind_of_type(data_type: Optional[str]) -> Optional[str]:
+    if data_type is None:
+        return None
+    normalized = data_type.strip().lower()
+    if normalized in _INTEGRAL_TYPES:
+        return INTEGRAL
+    if normalized in _FRACTIONAL_TYPES:
+        return FRACTIONAL
+    if _DECIMAL.match(normalized):
+        return DECIMAL
+    return None
+
+
+def decimal_precision_scale(data_type: str) -> Optional[tuple]:
+    """(precision, scale) of a decimal type string; Spark's default decimal is (10, 0)."""
+    match = _DECIMAL.match(data_type.strip().lower())
+    if not match:
+        return None
+    precision = int(match.group(1) or 10)
+    scale = int(match.group(2) or 0)
+    return precision, scale
+
+
+def sum_type(data_type: Optional[str], kind: Optional[str]) -> str:
+    """The type of Spark's SUM over a value of `data_type` (or only of a numeric kind); "" if unknown."""
+    kind = numeric_kind_of_type(data_type) or kind
+    if kind == INTEGRAL:
+        return "bigint"
+    if kind == FRACTIONAL:
+        return "double"
+    if kind == DECIMAL and data_type:
+        precision, scale = decimal_precision_scale(data_type)
+        return f"decimal({min(38, precision + 10)},{scale})"
+    return ""
+
+
+class TypeOracle:
+    """Answers type questions about the expressions of one query tree bound to `inputs`."""
+
+    def __init__(self, inputs: Sequence[InputTable]):
+        self._inputs = inputs
+
+    def type_of(self, node: exp.Expression) -> Optional[str]:
+        """The exact Spark type of `node`, or None."""
+        if isinstance(node, exp.Paren):
+            return self.type_of(node.this)
+        if isinstance(node, exp.Column):
+            return self._column_type(node)
+        if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+            return node.to.sql("spark").lower()
+        return None
+
+    def numeric_kind(self, node: exp.Expression) -> Optional[str]:
+        """INTEGRAL, FRACTIONAL or DECIMAL when `node` is certainly numeric, else None."""
+        if isinstance(node, (exp.Paren, exp.Neg)):
+            return self.numeric_kind(node.this)
+        if isinstance(node, exp.Literal) and not node.is_string:
+            text = node.this.lower()
+            return FRACTIONAL if "e" in text else DECIMAL if "." in text else INTEGRAL
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+            kinds = {self.numeric_kind(node.this), self.numeric_kind(node.expression)}
+            if None in kinds:
+                return None
+            if DECIMAL in kinds:
+                return DECIMAL
+            if FRACTIONAL in kinds or isinstance(node, exp.Div):
+                return FRACTIONAL
+            return INTEGRAL
+        return numeric_kind_of_type(self.type_of(node))
+
+    def _column_type(self, column: exp.Column) -> Optional[str]:
+        select = column.find_ancestor(exp.Select)
+        while select is not None:
+            source = _source_named(select, column.table)
+            if source is not None:
+                return self._source_column_type(source, column.name)
+            select = select.find_ancestor(exp.Select)
+        return None
+
+    def _source_column_type(self, source: exp.Expression, name: str) -> Optional[str]:
+        index = bound_input(source)
+        if index is not None:
+            for input_column in self._inputs[index].columns:
+                if input_column.name.lower() == name.lower():
+                    return input_column.data_type
+            return None
+        if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
+            alias = source.args.get("alias")
+            if alias is not None and alias.columns:
+                return None
+            for projection in source.this.expressions:
+                if projection.alias_or_name.lower() == name.lower():
+                    inner = projection.unalias()
+                    return self.type_of(inner) if isinstance(inner, (exp.Column, exp.Cast)) else None
+        return None
+
+
+def _source_named(select: exp.Select, alias: str) -> Optional[exp.Expression]:
+    from_ = select.args.get("from_")
+    candidates = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
+    for candidate in candidates:
+        if candidate.alias_or_name == alias:
+            return candidate
+    return None

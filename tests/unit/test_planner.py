@@ -1,0 +1,449 @@
+"""Planner unit tests: strategy and reason per model shape, and the shape of the emitted SQL.
+
+Pure Python; whether the SQL computes the right rows is checked on Spark in
+test_planner_semantics.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from dbt.adapters.streamsql.planning.plan import (
+    COUNT,
+    GROUP_DELTA,
+    GROUPS,
+    STATE,
+    TARGET,
+    WEIGHT,
+    Column,
+    InputTable,
+    StepPlan,
+)
+from dbt.adapters.streamsql.planning.planner import PlanningError, plan_step
+
+SENSORS = InputTable(
+    "demo.sensors",
+    (
+        Column("room", "string"),
+        Column("ts", "timestamp"),
+        Column("temp", "decimal(10,2)"),
+        Column("reading", "int"),
+        Column("tags", "array<string>"),
+    ),
+)
+ROOMS = InputTable("demo.rooms", (Column("room", "string"), Column("floor", "bigint")))
+INPUTS = (SENSORS, ROOMS)
+PLACEHOLDER = re.compile(r"__streamsql_(new|old|delta)_(\d+)__")
+
+
+def plan(sql: str, *columns: str) -> StepPlan:
+    """Plans `sql` with output columns given as "name type" (type defaults to string)."""
+    output = [Column(*(c.split(" ", 1) if " " in c else (c, "string"))) for c in columns]
+    return plan_step(sql, INPUTS, output)
+
+
+def parse(sql: str) -> exp.Expression:
+    return sqlglot.parse_one(sql, read="spark")
+
+
+def all_sql(step: StepPlan):
+    if step.aggregate is not None:
+        return [step.aggregate.delta_sql, step.aggregate.combine_sql, step.aggregate.output_sql]
+    return [step.change_sql]
+
+
+def table_names(sql: str):
+    return {t.name for t in parse(sql).find_all(exp.Table)}
+
+
+def top_level_names(query: exp.Expression):
+    while isinstance(query, exp.SetOperation):
+        query = query.this
+    return [p.alias_or_name for p in query.expressions]
+
+
+# -- strategy and reason ------------------------------------------------------------------------
+
+LINEAR_CASES = [
+    ("select room, temp from demo.sensors where temp > 20", ("room", "temp"), "fast path: filter, projection", True),
+    ("select * from demo.sensors", ("room", "ts", "temp", "reading", "tags"), "fast path: projection", True),
+    (
+        "select s.room, r.floor from demo.sensors s join demo.rooms r on s.room = r.room",
+        ("room", "floor"),
+        "fast path: projection, inner join",
+        True,
+    ),
+    (
+        "select s.room, r.floor from demo.sensors s left join demo.rooms r on s.room = r.room",
+        ("room", "floor"),
+        "fast path: projection, left join",
+        False,
+    ),
+    ("select room from demo.sensors union all select room from demo.rooms", ("room",), "fast path: projection, union all", True),
+    (
+        "select room, tag from demo.sensors lateral view explode(tags) t as tag",
+        ("room", "tag"),
+        "fast path: projection, lateral view",
+        True,
+    ),
+    (
+        "with __dbt__cte__hot as (select * from demo.sensors where temp > 30) select room from __dbt__cte__hot",
+        ("room",),
+        "fast path: filter, projection, derived table",
+        True,
+    ),
+    ("select s.room, r.floor from demo.sensors s, demo.rooms r", ("room", "floor"), "fast path: projection, inner join", True),
+    ("select room from demo.sensors order by ts", ("room",), "fast path: projection", True),
+]
+
+
+@pytest.mark.parametrize("sql, columns, reason, monotonic", LINEAR_CASES)
+def test_linear_shapes(sql, columns, reason, monotonic):
+    step = plan(sql, *columns)
+    assert step.strategy == "linear"
+    assert step.reason == reason
+    assert step.monotonic is monotonic
+    assert step.aggregate is None
+
+
+AGGREGATE_CASES = [
+    ("select room, count(*) as n from demo.sensors group by room", ("room", "n bigint"), "fast path: group by (count(*))"),
+    (
+        "select room, sum(temp) as s, avg(temp) as a from demo.sensors group by room",
+        ("room", "s decimal(20,2)", "a decimal(14,6)"),
+        "fast path: group by (sum, avg)",
+    ),
+    (
+        "select room, min(temp) as lo from demo.sensors group by room",
+        ("room", "lo decimal(10,2)"),
+        "fast path: group by (min); min/max recompute a group after a deletion",
+    ),
+    (
+        "select room, count(distinct reading) as n from demo.sensors group by room",
+        ("room", "n bigint"),
+        "fast path: group by; count(distinct) recomputed for changed groups only",
+    ),
+    ("select distinct room from demo.sensors", ("room",), "fast path: distinct"),
+    ("select room from demo.sensors union select room from demo.rooms", ("room",), "fast path: distinct"),
+    ("select count(*) as n from demo.sensors", ("n bigint",), "fast path: global aggregate (count(*))"),
+    (
+        "select room, n from (select room, count(*) as n from demo.sensors group by room) c where n > 2",
+        ("room", "n bigint"),
+        "fast path: group by (count(*))",
+    ),
+]
+
+
+@pytest.mark.parametrize("sql, columns, reason", AGGREGATE_CASES)
+def test_aggregate_shapes(sql, columns, reason):
+    step = plan(sql, *columns)
+    assert step.strategy == "aggregate"
+    assert step.reason == reason
+    assert step.change_sql is None
+    assert step.monotonic is False
+
+
+RECOMPUTE_CASES = [
+    ("select room, row_number() over (order by ts) as rn from demo.sensors", "window function row_number()"),
+    ("select room, rand() as r from demo.sensors", "nondeterministic function rand()"),
+    ("select room, current_timestamp() as t from demo.sensors", "nondeterministic function"),
+    ("select room, uuid() as u from demo.sensors", "nondeterministic function uuid()"),
+    ("select room, unix_timestamp() as u from demo.sensors", "nondeterministic function"),
+    ("select room, monotonically_increasing_id() as i from demo.sensors", "monotonically_increasing_id()"),
+    ("select room, my_udf(temp) as x from demo.sensors", "user-defined function my_udf()"),
+    ("select room from demo.sensors limit 10", "LIMIT"),
+    ("select room from demo.sensors tablesample (10 percent)", "TABLESAMPLE"),
+    ("select s.room from demo.sensors s right join demo.rooms r on s.room = r.room", "RIGHT OUTER JOIN"),
+    ("select s.room from demo.sensors s full outer join demo.rooms r on s.room = r.room", "FULL OUTER JOIN"),
+    ("select s.room from demo.sensors s left semi join demo.rooms r on s.room = r.room", "SEMI JOIN"),
+    ("select room from demo.sensors where room in (select room from demo.rooms)", "subquery"),
+    ("select room from demo.sensors s where exists (select 1 from demo.rooms r where r.room = s.room)", "EXISTS"),
+    ("select room from demo.sensors intersect select room from demo.rooms", "INTERSECT"),
+    ("select room from demo.sensors except select room from demo.rooms", "EXCEPT"),
+    ("select s.room from demo.sensors s left join demo.rooms r on s.ts < r.floor", "LEFT JOIN without an equality"),
+    ("select room, n from (select room, count(*) as n from demo.sensors group by room) c join demo.rooms r using (room)", ""),
+    ("select room, count(*) as n from demo.sensors group by room with rollup", "ROLLUP"),
+    ("select room, count(*) as n from demo.sensors group by grouping sets ((room), ())", "GROUPING SETS"),
+    ("select session_window(ts, '5 minutes') as w, count(*) as n from demo.sensors group by session_window(ts, '5 minutes')", "session_window()"),
+    ("select collect_list(room) as rooms from demo.sensors", "without GROUP BY"),
+    ("select room, count(*) as n from demo.sensors group by room order by n desc limit 3", "LIMIT"),
+    ("select room from demo.sensors where ((", "sqlglot cannot parse"),
+]
+
+
+def projection_names(sql: str):
+    """Output column names of a query as DESCRIBE would give them (enough for these cases)."""
+    try:
+        query = parse(sql)
+    except sqlglot.errors.ParseError:
+        return ["room"]
+    return top_level_names(query)
+
+
+@pytest.mark.parametrize("sql, construct", RECOMPUTE_CASES)
+def test_recompute_fallbacks(sql, construct):
+    step = plan(sql, *projection_names(sql))
+    assert step.strategy == "recompute"
+    assert step.reason.startswith("recompute: ")
+    assert construct in step.reason
+    assert "\n" not in step.reason
+
+
+# -- emitted SQL --------------------------------------------------------------------------------
+
+ALL_CASES = [(sql, columns) for sql, columns, *_ in LINEAR_CASES + AGGREGATE_CASES] + [
+    (sql, tuple(projection_names(sql))) for sql, _ in RECOMPUTE_CASES if "((" not in sql
+]
+
+
+@pytest.mark.parametrize("sql, columns", ALL_CASES)
+def test_emitted_sql_parses_and_reads_inputs_only_through_placeholders(sql, columns):
+    step = plan(sql, *columns)
+    for statement in all_sql(step):
+        tree = parse(statement)
+        assert tree is not None
+        assert "demo." not in statement
+        for name in table_names(statement):
+            assert PLACEHOLDER.fullmatch(name) or name in (STATE, GROUP_DELTA, GROUPS, TARGET) or name.startswith(
+                "_streamsql"
+            ), name
+        for kind, index in PLACEHOLDER.findall(statement):
+            assert int(index) < len(step.inputs)
+    assert step.inputs == INPUTS
+
+
+def test_plans_list_inputs_in_the_given_order():
+    step = plan_step("select room from demo.rooms", INPUTS, [Column("room", "string")])
+    assert step.inputs == INPUTS
+    assert "__streamsql_delta_1__" in step.change_sql
+    assert "__streamsql_delta_0__" not in step.change_sql
+
+
+def test_table_reference_keeps_its_alias_or_its_name():
+    aliased = plan("select a.room from demo.sensors as a where a.temp > 1", "room").change_sql
+    assert "__streamsql_delta_0__ AS a" in aliased
+    bare = plan("select sensors.room from demo.sensors", "room").change_sql
+    assert "__streamsql_delta_0__ AS sensors" in bare
+
+
+@pytest.mark.parametrize(
+    "reference", ["`demo`.`sensors`", "spark_catalog.demo.sensors", "DEMO.Sensors", "`spark_catalog`.demo.`sensors`"]
+)
+def test_table_references_match_on_their_last_two_parts(reference):
+    step = plan(f"select room from {reference}", "room")
+    assert step.strategy == "linear"
+    assert table_names(step.change_sql) == {"__streamsql_delta_0__"}
+
+
+def test_linear_change_has_the_output_columns_then_the_weight():
+    columns = [Column("r", "string"), Column("(temp * 2)", "decimal(21,2)"), Column("reading", "int")]
+    step = plan_step("select room as r, temp * 2, reading from demo.sensors", INPUTS, columns)
+    assert top_level_names(parse(step.change_sql)) == ["r", "(temp * 2)", "reading", WEIGHT]
+
+
+def test_star_expansion_never_leaks_the_weight_column():
+    step = plan("select * from demo.sensors s join demo.rooms r on s.room = r.room", *"room ts temp reading tags room floor".split())
+    for branch in parse(step.change_sql).find_all(exp.Select):
+        names = [p.alias_or_name for p in branch.expressions]
+        assert names.count(WEIGHT) <= 1
+        assert not any(isinstance(p, exp.Star) for p in branch.expressions)
+    assert top_level_names(parse(step.change_sql))[-1] == WEIGHT
+
+
+def test_inner_join_delta_is_delta_left_with_new_right_plus_old_left_with_delta_right():
+    step = plan("select s.room, r.floor from demo.sensors s join demo.rooms r on s.room = r.room", "room", "floor")
+    union = parse(step.change_sql)
+    branches = [union.this, union.expression]
+    assert [sorted(table_names(b.sql("spark"))) for b in branches] == [
+        ["__streamsql_delta_0__", "__streamsql_new_1__"],
+        ["__streamsql_delta_1__", "__streamsql_old_0__"],
+    ]
+    assert [b.expressions[-1].this.sql("spark") for b in branches] == [f"s.{WEIGHT}", f"r.{WEIGHT}"]
+
+
+def test_left_join_delta_recomputes_changed_keys_null_safely():
+    step = plan("select s.room, r.floor from demo.sensors s left join demo.rooms r on s.room = r.room", "room", "floor")
+    union = parse(step.change_sql)
+    new_branch, old_branch = union.this, union.expression
+    assert {"__streamsql_new_0__", "__streamsql_new_1__"} <= table_names(new_branch.sql("spark"))
+    assert {"__streamsql_old_0__", "__streamsql_old_1__"} <= table_names(old_branch.sql("spark"))
+    assert new_branch.expressions[-1].this.sql("spark") == "CAST(1 AS BIGINT)"
+    assert old_branch.expressions[-1].this.sql("spark") == "CAST(-1 AS BIGINT)"
+    semi_joins = [j for j in new_branch.args["joins"] if j.kind == "SEMI"]
+    assert len(semi_joins) == 1 and isinstance(semi_joins[0].args["on"], exp.NullSafeEQ)
+    # the changed keys come from both deltas
+    keys = semi_joins[0].sql("spark")
+    assert "__streamsql_delta_0__ AS s" in keys and "__streamsql_delta_1__ AS r" in keys
+
+
+def test_unknown_table_is_a_planning_error():
+    with pytest.raises(PlanningError, match="demo.nope"):
+        plan("select room from demo.nope", "room")
+
+
+def test_unknown_table_is_a_planning_error_even_when_recomputing():
+    with pytest.raises(PlanningError, match="demo.nope"):
+        plan("select room, rand() from demo.nope", "room", "r")
+
+
+def test_several_statements_are_a_planning_error():
+    with pytest.raises(PlanningError):
+        plan("select room from demo.sensors; select room from demo.rooms", "room")
+
+
+def test_config_is_accepted():
+    step = plan_step("select room from demo.sensors", INPUTS, [Column("room", "string")], {"lateness": {"ts": "1"}})
+    assert step.strategy == "linear"
+
+
+# -- recompute ----------------------------------------------------------------------------------
+
+
+def test_recompute_keeps_the_users_text_and_diffs_with_the_target():
+    sql = "-- top\nselect room, row_number() over (order by ts) as rn from demo.sensors s -- tail\n;"
+    step = plan(sql, "room", "rn bigint")
+    assert "row_number() over (order by ts) as rn from __streamsql_new_0__ s -- tail\n" in step.change_sql
+    tree = parse(step.change_sql)
+    assert top_level_names(tree) == ["room", "rn", WEIGHT]
+    assert TARGET in table_names(step.change_sql)
+    assert "_streamsql_model(room, rn)" in step.change_sql
+
+
+def test_recompute_of_unparseable_sql_replaces_tables_by_tokens():
+    step = plan("select room from demo.sensors where ((", "room")
+    assert "from __streamsql_new_0__ AS sensors where ((" in step.change_sql
+
+
+def test_recompute_does_not_touch_cte_names():
+    sql = "with hot as (select * from demo.sensors) select room, rand() as r from hot"
+    step = plan(sql, "room", "r double")
+    assert "from __streamsql_new_0__ AS sensors) select room, rand() as r from hot" in step.change_sql
+
+
+# -- aggregate ----------------------------------------------------------------------------------
+
+WINDOWED = (
+    "select room, window(ts, '1 hour').start as window_start, avg(temp) as avg_temp, count(*) as n "
+    "from demo.sensors group by room, window(ts, '1 hour')"
+)
+
+
+def windowed_plan():
+    return plan(WINDOWED, "room", "window_start timestamp", "avg_temp decimal(14,6)", "n bigint").aggregate
+
+
+def test_state_columns_are_groups_count_then_partials():
+    aggregate = windowed_plan()
+    assert aggregate.group_columns == ("_streamsql_g0", "_streamsql_g1")
+    assert [(c.name, c.data_type) for c in aggregate.state_columns] == [
+        ("_streamsql_g0", "string"),
+        ("_streamsql_g1", ""),  # window(): read from delta_sql (DESCRIBE QUERY)
+        (COUNT, "bigint"),
+        ("_streamsql_a0", "decimal(20,2)"),
+        ("_streamsql_a0_n", "bigint"),
+    ]
+
+
+def test_delta_sql_produces_every_state_column():
+    aggregate = windowed_plan()
+    names = top_level_names(parse(aggregate.delta_sql))
+    assert [c.name for c in aggregate.state_columns] == [n for n in names if not n.endswith("_deleted")]
+
+
+def test_combine_sql_produces_exactly_the_state_columns():
+    aggregate = windowed_plan()
+    assert top_level_names(parse(aggregate.combine_sql)) == [c.name for c in aggregate.state_columns]
+    assert {STATE, GROUP_DELTA} <= table_names(aggregate.combine_sql)
+
+
+def test_output_sql_uses_group_columns_for_group_expressions():
+    output = windowed_plan().output_sql
+    assert top_level_names(parse(output)) == ["room", "window_start", "avg_temp", "n", "_streamsql_g0", "_streamsql_g1"]
+    assert "_streamsql_g1.start AS window_start" in output
+    assert "CAST(_streamsql_count AS BIGINT) AS n" in output
+    assert "WHERE _streamsql_count > 0" in output
+    assert table_names(output) == {GROUPS}
+
+
+def test_decimal_avg_follows_sparks_result_type():
+    output = windowed_plan().output_sql
+    assert "CAST(_streamsql_a0 AS DECIMAL(20, 2)) / CAST(_streamsql_a0_n AS DECIMAL(20, 0)) AS DECIMAL(14, 6)" in output
+
+
+def test_hopping_window_group_by_is_parsed():
+    step = plan(
+        "select window(ts, '1 hour', '15 minutes') as w, count(*) as n from demo.sensors group by window(ts, '1 hour', '15 minutes')",
+        "w struct<start:timestamp,end:timestamp>",
+        "n bigint",
+    )
+    assert step.strategy == "aggregate"
+    assert step.aggregate.state_columns[0].data_type == "struct<start:timestamp,end:timestamp>"
+
+
+def test_group_by_alias_and_ordinal_resolve_to_the_expression():
+    for group_by in ("1", "bucket"):
+        step = plan(f"select floor(reading / 10) as bucket, count(*) as n from demo.sensors group by {group_by}", "bucket bigint", "n bigint")
+        assert step.strategy == "aggregate"
+        assert "_streamsql_g0 AS bucket" in step.aggregate.output_sql
+
+
+def test_having_may_use_aggregates_not_selected():
+    step = plan("select room from demo.sensors group by room having max(temp) > 30 and count(*) > 1", "room")
+    assert step.strategy == "aggregate"
+    output = step.aggregate.output_sql
+    assert "_streamsql_a0 > 30" in output and "_streamsql_count > 1" in output
+    assert "_streamsql_a0" in [c.name for c in step.aggregate.state_columns]
+
+
+def test_global_aggregate_always_has_one_row():
+    step = plan("select count(*) as n, sum(temp) as s from demo.sensors", "n bigint", "s decimal(20,2)")
+    output = step.aggregate.output_sql
+    assert step.aggregate.group_columns == ()
+    assert "LEFT JOIN __streamsql_groups__ ON TRUE" in output
+    assert "COALESCE(_streamsql_count, 0)" in output
+    assert "HAVING COUNT(*) > 0" in step.aggregate.delta_sql
+
+
+def test_min_max_recompute_only_groups_whose_extreme_may_be_deleted():
+    step = plan("select room, max(temp) as hi from demo.sensors group by room", "room", "hi decimal(10,2)")
+    combine = step.aggregate.combine_sql
+    assert "GREATEST(s._streamsql_a0, d._streamsql_a0)" in combine
+    assert "d._streamsql_a0_deleted < s._streamsql_a0" in combine
+    assert "__streamsql_new_0__" in combine
+    delta = step.aggregate.delta_sql
+    assert "FILTER(WHERE _streamsql_changes._streamsql_weight > 0)" in delta
+    assert "FILTER(WHERE _streamsql_changes._streamsql_weight < 0)" in delta
+
+
+def test_other_aggregates_recompute_changed_groups_from_new_inputs():
+    step = plan(
+        "select room, count(distinct reading) as n, sum(temp) filter (where reading > 0) as s from demo.sensors group by room",
+        "room",
+        "n bigint",
+        "s decimal(20,2)",
+    )
+    combine = step.aggregate.combine_sql
+    assert "COUNT(DISTINCT" in combine and "LEFT SEMI JOIN" in combine and "__streamsql_new_0__" in combine
+    assert "count(distinct), sum filter recomputed for changed groups only" in step.reason
+
+
+def test_aggregate_over_a_join_uses_the_join_delta():
+    step = plan(
+        "select r.floor, count(*) as n from demo.sensors s join demo.rooms r on s.room = r.room group by r.floor",
+        "floor bigint",
+        "n bigint",
+    )
+    assert step.strategy == "aggregate"
+    assert {"__streamsql_delta_0__", "__streamsql_new_1__", "__streamsql_old_0__", "__streamsql_delta_1__"} <= table_names(
+        step.aggregate.delta_sql
+    )
+    assert step.aggregate.state_columns[0] == Column("_streamsql_g0", "bigint")
+
+
+def test_sum_of_a_string_is_recomputed_per_group():
+    step = plan("select room, sum(room) as s from demo.sensors group by room", "room", "s double")
+    assert "sum recomputed for changed groups only" in step.reason
