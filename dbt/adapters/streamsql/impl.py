@@ -14,12 +14,10 @@ from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
 from dbt.adapters.streamsql.execution.session import AdapterSqlSession
-from dbt.adapters.streamsql.execution.statements import quote
 from dbt.adapters.streamsql.execution.step import ModelSettings, StepError, StepRunner
 from dbt_common.exceptions import DbtRuntimeError
 
 logger = AdapterLogger("StreamSQL")
-STATE_SUFFIX = "__streamsql_state"
 
 DEFAULT_FILE_FORMAT = "delta"
 
@@ -105,15 +103,16 @@ class StreamSQLAdapter(SparkAdapter):
         location_root = config.get("location_root")
         model = ModelSettings(
             name=name,
-            target=f"{quote(schema)}.{quote(name)}",
-            target_name=f"{schema}.{name}",
-            state_table=f"{quote(schema)}.{quote(name + STATE_SUFFIX)}",
+            schema=schema,
+            identifier=name,
             full_refresh=bool(full_refresh),
             append_only=bool(config.get("append_only")),
             partition_by=_as_list(config.get("partition_by")),
             cluster_by=_as_list(config.get("liquid_clustered_by")),
             tblproperties=config.get("tblproperties") or {},
             location=f"{location_root}/{name}" if location_root else None,
+            lateness=config.get("lateness") or {},
+            max_future=config.get("max_future") or {},
         )
         runner = StepRunner(
             AdapterSqlSession(self),

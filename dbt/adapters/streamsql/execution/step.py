@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence
 
+from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.progress import StepRecord, last_record, sql_fingerprint
 from dbt.adapters.streamsql.planning.plan import (
@@ -100,15 +101,40 @@ class StepResult:
 @dataclass
 class ModelSettings:
     name: str  # the model's name for messages
-    target: str  # quoted schema.identifier of the model's table
-    target_name: str  # unquoted schema.identifier (for table_changes and txnAppId)
-    state_table: str  # quoted name of the aggregate state table
+    schema: str
+    identifier: str
     full_refresh: bool = False
     append_only: bool = False
     partition_by: Sequence[str] = ()
     cluster_by: Sequence[str] = ()
     tblproperties: Mapping[str, str] = field(default_factory=dict)
     location: Optional[str] = None
+    lateness: Mapping[str, Any] = field(default_factory=dict)
+    max_future: Mapping[str, Any] = field(default_factory=dict)
+
+    def table(self, suffix: str = "") -> str:
+        """The quoted name of the model's table, or of one of its side tables."""
+        return f"{sql.quote(self.schema)}.{sql.quote(self.identifier + suffix)}"
+
+    @property
+    def target(self) -> str:
+        return self.table()
+
+    @property
+    def target_name(self) -> str:  # unquoted, for table_changes() and idempotency keys
+        return f"{self.schema}.{self.identifier}"
+
+    @property
+    def state_table(self) -> str:  # internal: per-group partial aggregates
+        return self.table("__streamsql_state")
+
+    @property
+    def late_table(self) -> str:
+        return self.table("__late")
+
+    @property
+    def waterline_table(self) -> str:
+        return self.table("__waterline")
 
 
 class StepRunner:
@@ -149,8 +175,9 @@ class StepRunner:
         output_columns = self._describe_query(compiled_sql)
         plan = self.planner(compiled_sql, [i.table for i in inputs], output_columns)
         fingerprint = sql_fingerprint(compiled_sql)
+        rules = self._lateness_rules(output_columns)  # fails before anything is written
 
-        previous = self._prepare_target(plan, inputs, output_columns, fingerprint)
+        previous = self._prepare_target(plan, inputs, output_columns, fingerprint, rules)
         step = previous.step + 1
         versions = {i.table.name: i.version for i in inputs}
         if previous.step > 0 and versions == previous.input_versions:
@@ -174,6 +201,8 @@ class StepRunner:
             change = self._cache("change", sql.bind_placeholders(plan.change_sql or "", views))
             net = self._cache("net", sql.consolidate(change, plan.output_columns))
 
+        if rules:
+            net = self._apply_lateness(net, plan.output_columns, rules, previous, record, result)
         counts = self.session.query(sql.change_counts(net))[0]
         result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
         if self.model.append_only and result.deleted:
@@ -264,7 +293,8 @@ class StepRunner:
     # -- the model's table ------------------------------------------------------------------------
 
     def _prepare_target(self, plan: StepPlan, inputs: Sequence[InputState],
-                        output_columns: Sequence[Column], fingerprint: str) -> StepRecord:
+                        output_columns: Sequence[Column], fingerprint: str,
+                        rules: Sequence[late.LatenessRule]) -> StepRecord:
         """The last completed step; (re)creates the model's tables on the first or a full-refresh run."""
         model = self.model
         previous: Optional[StepRecord] = None
@@ -283,8 +313,12 @@ class StepRunner:
                     "table no longer matches its query. Run `dbt run --full-refresh --select "
                     f"{model.name}` to rebuild it from its inputs."
                 )
+            if rules:  # lateness may have been added to the config since
+                self._create_lateness_tables(output_columns, replace=False)
             return self._recover(plan, previous)
         # Step 0: empty tables; the first step then reads every input in full.
+        if rules:
+            self._create_lateness_tables(output_columns, replace=True)
         record = StepRecord(step=0, run_id=self.run_id, sql_fingerprint=fingerprint,
                             incarnation=self.run_id)
         if plan.aggregate is not None:
@@ -295,6 +329,16 @@ class StepRunner:
             model.target, output_columns, model.tblproperties, model.partition_by,
             model.cluster_by, model.location)), idempotent=False)
         return record
+
+    def _create_lateness_tables(self, output_columns: Sequence[Column], replace: bool) -> None:
+        for table, columns in (
+            (self.model.late_table, list(output_columns) + list(late.QUARANTINE_COLUMNS)),
+            (self.model.waterline_table, list(late.WATERLINE_COLUMNS)),
+        ):
+            statement = sql.create_table(table, columns)
+            if not replace:
+                statement = statement.replace("CREATE OR REPLACE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
+            self.session.run(statement)
 
     def _state_columns(self, plan: StepPlan, inputs: Sequence[InputState]) -> List[Column]:
         """The state table's columns; types the planner could not infer come from Spark."""
@@ -360,6 +404,50 @@ class StepRunner:
         record.state_version = self._latest_version(self.model.state_table)
         self._checkpoint("after_state")
         return net
+
+    # -- lateness ---------------------------------------------------------------------------------
+
+    def _lateness_rules(self, output_columns: Sequence[Column]) -> List[late.LatenessRule]:
+        try:
+            rules = late.lateness_rules(self.model.name, output_columns, self.model.lateness,
+                                        self.model.max_future)
+        except late.LatenessConfigError as exc:
+            raise StepError(str(exc)) from exc
+        for rule in rules:
+            try:
+                self.session.query(late.subtraction_check(rule))
+            except Exception as exc:
+                raise StepError(
+                    f"Model {self.model.name}: config lateness[{rule.column.name}] = "
+                    f"{rule.lateness!r} cannot be subtracted from column {rule.column.name} of "
+                    f"type {rule.column.data_type}. Use an INTERVAL for timestamps and dates "
+                    f"(e.g. \"INTERVAL 1 HOUR\") and a number for numeric columns. Spark said: "
+                    f"{str(exc).splitlines()[0][:300]}"
+                ) from exc
+        return rules
+
+    def _apply_lateness(self, net: str, columns: Sequence[Column],
+                        rules: Sequence[late.LatenessRule], previous: StepRecord,
+                        record: StepRecord, result: StepResult) -> str:
+        """Quarantine late changes, log the waterline, and return the changes to apply."""
+        classified = self._cache("classified", late.classify(net, columns, rules,
+                                                             previous.waterline))
+        result.late = int(self.session.query(late.late_count(classified))[0]["n"])
+        row = self.session.query(late.waterline_query(classified, rules, previous.waterline,
+                                                      previous.max_seen))[0]
+        for i, rule in enumerate(rules):
+            record.waterline[rule.column.name] = row[f"w_{i}"]
+            record.max_seen[rule.column.name] = row[f"m_{i}"]
+        self._checkpoint("before_quarantine")
+        step = record.step
+        self.session.run(late.forget_attempt(self.model.late_table, "_streamsql_step", step))
+        self.session.run(late.forget_attempt(self.model.waterline_table, "step", step))
+        if result.late:
+            self.session.run(late.quarantine_insert(self.model.late_table, classified, columns,
+                                                    step, previous.waterline))
+        self.session.run(late.waterline_insert(self.model.waterline_table, step, rules,
+                                               record.waterline, record.max_seen))
+        return self._cache("on_time", late.on_time(classified, columns))
 
     # -- commit -----------------------------------------------------------------------------------
 

@@ -1,0 +1,213 @@
+"""LATENESS (SPEC section 4, after Feldera): which changes of a step are late, and the waterline.
+
+For a lateness column c with lateness L, a step n:
+- classifies each change of the model: NULL in c -> `null`; c more than `max_future` after now ->
+  `future`; c below the previous step's waterline W(n-1) -> `late`. Several columns: the first
+  column (in config order) that flags a change names it; `null` before `future` before `late`.
+- moves the waterline: W(n) = max(W(n-1), max(c over this step's changes that are neither NULL
+  nor future) - L). It never decreases and takes effect one step later.
+
+Everything here builds SQL; `step.py` runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import sqlglot
+from sqlglot import exp
+
+from dbt.adapters.streamsql.execution.statements import column_list, quote
+from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
+
+LATE_COLUMN = "_streamsql_column"
+REASON = "_streamsql_reason"
+QUARANTINE_COLUMNS = (
+    Column("_streamsql_step", "bigint"),
+    Column("_streamsql_change", "string"),
+    Column(LATE_COLUMN, "string"),
+    Column("_streamsql_waterline", "string"),
+    Column(REASON, "string"),
+    Column("_streamsql_at", "timestamp"),
+)
+WATERLINE_COLUMNS = (
+    Column("step", "bigint"),
+    Column("column_name", "string"),
+    Column("waterline", "string"),
+    Column("max_seen", "string"),
+    Column("at", "timestamp"),
+)
+
+
+class LatenessConfigError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class LatenessRule:
+    column: Column
+    lateness: str  # a constant Spark SQL expression
+    max_future: Optional[str] = None
+
+    def literal(self, value: str) -> str:
+        """A stored waterline (a string) as a value of the column's type."""
+        return f"CAST('{value}' AS {self.column.data_type})"
+
+
+def _constant_expression(text: str) -> bool:
+    try:
+        tree = sqlglot.parse_one(f"SELECT {text}", read="spark")
+    except sqlglot.errors.ParseError:
+        return False
+    select = tree if isinstance(tree, exp.Select) else None
+    if select is None or len(select.expressions) != 1:
+        return False
+    return not any(True for _ in select.find_all(exp.Column, exp.Subquery, exp.Star))
+
+
+def lateness_rules(model: str, output_columns: Sequence[Column],
+                   lateness: Optional[Mapping[str, object]],
+                   max_future: Optional[Mapping[str, object]]) -> List[LatenessRule]:
+    """Rules from the model's config, checked for what can be checked without Spark."""
+    lateness = dict(lateness or {})
+    max_future = dict(max_future or {})
+    by_name = {c.name.lower(): c for c in output_columns}
+    available = ", ".join(c.name for c in output_columns)
+    for config_name, mapping in (("lateness", lateness), ("max_future", max_future)):
+        for name, value in mapping.items():
+            if str(name).lower() not in by_name:
+                raise LatenessConfigError(
+                    f"Model {model}: config {config_name} names column {name!r}, which the "
+                    f"model does not have (its columns: {available}). Use one of the model's "
+                    "output columns."
+                )
+            if not _constant_expression(str(value)):
+                raise LatenessConfigError(
+                    f"Model {model}: config {config_name}[{name}] = {value!r} is not a constant "
+                    "expression. Use a literal such as \"INTERVAL 1 HOUR\" or \"1000\"."
+                )
+    for name in max_future:
+        if str(name).lower() not in {str(k).lower() for k in lateness}:
+            raise LatenessConfigError(
+                f"Model {model}: config max_future names {name!r}, which has no lateness. "
+                "Declare lateness for that column too."
+            )
+    return [
+        LatenessRule(by_name[str(name).lower()], str(value),
+                     _lookup(max_future, str(name)))
+        for name, value in lateness.items()
+    ]
+
+
+def _lookup(mapping: Mapping[str, object], name: str) -> Optional[str]:
+    for key, value in mapping.items():
+        if str(key).lower() == name.lower():
+            return str(value)
+    return None
+
+
+def subtraction_check(rule: LatenessRule) -> str:
+    """A query that fails unless `column - lateness` is a value of the column's type."""
+    col = rule.column
+    return (f"SELECT CAST(CAST(NULL AS {col.data_type}) - ({rule.lateness}) AS "
+            f"{col.data_type}) AS w, CAST(NULL AS {col.data_type}) < "
+            f"CAST(NULL AS {col.data_type}) - ({rule.lateness}) AS ok")
+
+
+def _future(rule: LatenessRule) -> str:
+    return f"{quote(rule.column.name)} > current_timestamp() + ({rule.max_future})"
+
+
+def classify(net_view: str, columns: Sequence[Column], rules: Sequence[LatenessRule],
+             waterline: Mapping[str, Optional[str]]) -> str:
+    """The change with the column and reason that make a row late (both NULL when it is not)."""
+    cases: List[tuple] = []
+    for rule in rules:
+        cases.append((f"{quote(rule.column.name)} IS NULL", rule.column.name, "null"))
+    for rule in rules:
+        if rule.max_future:
+            cases.append((_future(rule), rule.column.name, "future"))
+    for rule in rules:
+        previous = waterline.get(rule.column.name)
+        if previous is not None:
+            cases.append((f"{quote(rule.column.name)} < {rule.literal(previous)}",
+                          rule.column.name, "late"))
+    if not cases:
+        return f"SELECT *, CAST(NULL AS STRING) AS {LATE_COLUMN}, " \
+               f"CAST(NULL AS STRING) AS {REASON} FROM {net_view}"
+    column_case = " ".join(f"WHEN {cond} THEN '{name}'" for cond, name, _ in cases)
+    reason_case = " ".join(f"WHEN {cond} THEN '{reason}'" for cond, _, reason in cases)
+    return (f"SELECT {column_list(columns)}, {WEIGHT}, CASE {column_case} END AS {LATE_COLUMN}, "
+            f"CASE {reason_case} END AS {REASON} FROM {net_view}")
+
+
+def on_time(classified_view: str, columns: Sequence[Column]) -> str:
+    return f"SELECT {column_list(columns)}, {WEIGHT} FROM {classified_view} WHERE {REASON} IS NULL"
+
+
+def waterline_query(classified_view: str, rules: Sequence[LatenessRule],
+                    waterline: Mapping[str, Optional[str]],
+                    max_seen: Mapping[str, Optional[str]]) -> str:
+    """One row: for each rule `w_<i>` (the new waterline) and `m_<i>` (the largest value seen
+    so far, this step included), as strings."""
+    parts = []
+    for i, rule in enumerate(rules):
+        col = quote(rule.column.name)
+        counted = f"{col} IS NOT NULL"
+        if rule.max_future:
+            counted += f" AND NOT ({_future(rule)})"
+        seen = f"MAX(CASE WHEN {counted} THEN {col} END)"
+        candidate = f"CAST({seen} - ({rule.lateness}) AS {rule.column.data_type})"
+        previous = waterline.get(rule.column.name)
+        new = f"greatest({rule.literal(previous)}, {candidate})" if previous else candidate
+        seen_before = max_seen.get(rule.column.name)
+        largest = f"greatest({rule.literal(seen_before)}, {seen})" if seen_before else seen
+        parts.append(f"CAST({new} AS STRING) AS w_{i}, CAST({largest} AS STRING) AS m_{i}")
+    return f"SELECT {', '.join(parts)} FROM {classified_view}"
+
+
+def quarantine_insert(late_table: str, classified_view: str, columns: Sequence[Column],
+                      step: int, waterline: Mapping[str, Optional[str]]) -> str:
+    """Late changes, one row per copy, into `<model>__late`."""
+    known = [(name, value) for name, value in waterline.items() if value is not None]
+    waterline_case = (
+        "CASE " + " ".join(f"WHEN {LATE_COLUMN} = '{name}' THEN '{value}'"
+                           for name, value in known) + " END"
+        if known else "CAST(NULL AS STRING)"
+    )
+    target_columns = column_list(list(columns) + list(QUARANTINE_COLUMNS))
+    return (
+        f"INSERT INTO {late_table} ({target_columns}) "
+        f"SELECT {column_list(columns)}, CAST({step} AS BIGINT), "
+        f"CASE WHEN {WEIGHT} > 0 THEN 'insert' ELSE 'delete' END, {LATE_COLUMN}, "
+        f"{waterline_case}, {REASON}, current_timestamp() "
+        f"FROM {classified_view} LATERAL VIEW explode(sequence(1, abs({WEIGHT}))) c AS _copy "
+        f"WHERE {REASON} IS NOT NULL"
+    )
+
+
+def late_count(classified_view: str) -> str:
+    return (f"SELECT COALESCE(SUM(abs({WEIGHT})), 0) AS n FROM {classified_view} "
+            f"WHERE {REASON} IS NOT NULL")
+
+
+def waterline_insert(waterline_table: str, step: int, rules: Sequence[LatenessRule],
+                     values: Dict[str, Optional[str]], max_seen: Dict[str, Optional[str]]) -> str:
+    rows = []
+    for rule in rules:
+        name = rule.column.name
+        rows.append(
+            f"(CAST({step} AS BIGINT), '{name}', {_string_or_null(values.get(name))}, "
+            f"{_string_or_null(max_seen.get(name))}, current_timestamp())"
+        )
+    return f"INSERT INTO {waterline_table} VALUES {', '.join(rows)}"
+
+
+def _string_or_null(value: Optional[str]) -> str:
+    return "CAST(NULL AS STRING)" if value is None else "'" + value.replace("'", "''") + "'"
+
+
+def forget_attempt(table: str, step_column: str, step: int) -> str:
+    """Remove what an interrupted attempt of this step wrote (it never committed)."""
+    return f"DELETE FROM {table} WHERE {quote(step_column)} >= {step}"
