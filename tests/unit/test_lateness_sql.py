@@ -1,0 +1,73 @@
+"""LATENESS SQL and config checks, without Spark."""
+
+import pytest
+import sqlglot
+
+from dbt.adapters.streamsql.execution import lateness as late
+from dbt.adapters.streamsql.execution.progress import StepRecord, last_record
+from dbt.adapters.streamsql.planning.plan import Column
+
+COLS = [Column("ts", "timestamp"), Column("seq", "bigint"), Column("place", "string")]
+
+
+def test_rules_follow_config_order_and_attach_max_future():
+    rules = late.lateness_rules("m", COLS, {"seq": "1000", "TS": "INTERVAL 1 HOUR"},
+                                {"ts": "INTERVAL 1 DAY"})
+    assert [(r.column.name, r.lateness, r.max_future) for r in rules] == [
+        ("seq", "1000", None), ("ts", "INTERVAL 1 HOUR", "INTERVAL 1 DAY")]
+
+
+@pytest.mark.parametrize("lateness, max_future, message", [
+    ({"when": "INTERVAL 1 HOUR"}, {}, "names column 'when', which the model does not have"),
+    ({"ts": "seq + 1"}, {}, "is not a constant expression"),
+    ({"ts": "(select 1)"}, {}, "is not a constant expression"),
+    ({"ts": "INTERVAL 1 HOUR"}, {"seq": "10"}, "max_future names 'seq', which has no lateness"),
+])
+def test_bad_config_names_the_model_and_the_fix(lateness, max_future, message):
+    with pytest.raises(late.LatenessConfigError, match="Model m: ") as error:
+        late.lateness_rules("m", COLS, lateness, max_future)
+    assert message in str(error.value)
+
+
+def test_classify_orders_null_before_future_before_late():
+    rules = late.lateness_rules("m", COLS, {"ts": "INTERVAL 1 HOUR", "seq": "10"},
+                                {"ts": "INTERVAL 1 DAY"})
+    statement = late.classify("net", COLS, rules, {"ts": "2020-01-01 01:00:00", "seq": None})
+    sqlglot.parse_one(statement, read="spark")
+    null_at = statement.index("`ts` IS NULL")
+    future_at = statement.index("current_timestamp() + (INTERVAL 1 DAY)")
+    late_at = statement.index("`ts` < CAST('2020-01-01 01:00:00' AS timestamp)")
+    assert null_at < future_at < late_at
+    assert "`seq` <" not in statement  # no waterline yet for seq: nothing is late in it
+
+
+def test_first_step_waterline_is_max_minus_lateness():
+    rules = late.lateness_rules("m", COLS, {"ts": "INTERVAL 1 HOUR"}, {})
+    statement = late.waterline_query("c", rules, {}, {})
+    sqlglot.parse_one(statement, read="spark")
+    assert "greatest" not in statement
+    later = late.waterline_query("c", rules, {"ts": "2020-01-01 00:00:00"},
+                                 {"ts": "2020-01-01 01:00:00"})
+    assert "greatest(CAST('2020-01-01 00:00:00' AS timestamp)" in later
+
+
+def test_quarantine_keeps_one_row_per_copy_with_its_waterline():
+    statement = late.quarantine_insert("q", "c", COLS, 5, {"ts": "2020-01-01 01:00:00"})
+    sqlglot.parse_one(statement, read="spark")
+    assert "explode(sequence(1, abs(_streamsql_weight)))" in statement
+    assert "WHEN _streamsql_column = 'ts' THEN '2020-01-01 01:00:00'" in statement
+
+
+def test_step_record_round_trips_and_history_stops_at_recreation():
+    record = StepRecord(step=3, run_id="r", sql_fingerprint="f", incarnation="i",
+                        input_versions={"s.t": 7}, waterline={"ts": "x"})
+    assert StepRecord.from_json(record.to_json()) == record
+    history = [
+        {"operation": "OPTIMIZE", "userMetadata": None},
+        {"operation": "MERGE", "userMetadata": record.to_json()},
+    ]
+    assert last_record(history) == record
+    rebuilt = [{"operation": "CREATE OR REPLACE TABLE", "userMetadata": None},
+               {"operation": "MERGE", "userMetadata": record.to_json()}]
+    assert last_record(rebuilt) is None
+    assert StepRecord.from_json('{"other": 1}') is None

@@ -1,0 +1,82 @@
+"""SQL generation of the executor, checked without Spark: it parses, and says what it must."""
+
+import pytest
+import sqlglot
+
+from dbt.adapters.streamsql.execution import statements as sql
+from dbt.adapters.streamsql.planning.plan import Column
+
+COLS = [Column("room", "string"), Column("n", "bigint")]
+
+
+def parses(statement: str) -> None:
+    sqlglot.parse_one(statement, read="spark")
+
+
+def test_quote_escapes_backquotes():
+    assert sql.quote("we`ird") == "`we``ird`"
+
+
+def test_null_safe_match_of_no_columns_is_true():
+    assert sql.null_safe_match([], "a", "b") == "true"
+    assert sql.null_safe_match(COLS, "a", "b") == "a.`room` <=> b.`room` AND a.`n` <=> b.`n`"
+
+
+def test_bind_placeholders_replaces_whole_identifiers_only():
+    text = ("select * from __streamsql_new_1__ a join `__streamsql_group_delta__` d "
+            "on x.__streamsql_new_10__ = 1")
+    bound = sql.bind_placeholders(text, {"__streamsql_new_1__": "v1",
+                                         "__streamsql_group_delta__": "gd",
+                                         "__streamsql_new_10__": "v10"})
+    assert bound == "select * from v1 a join gd d on x.v10 = 1"
+
+
+def test_bind_placeholders_refuses_unbound_names():
+    with pytest.raises(KeyError, match="__streamsql_old_0__"):
+        sql.bind_placeholders("select * from __streamsql_old_0__", {})
+
+
+def test_input_changes_weights_updates_as_retract_and_insert():
+    statement = sql.input_changes("demo.t", COLS, after=4, upto=7)
+    parses(statement)
+    assert "table_changes('demo.t', 5, 7)" in statement
+    assert "IN ('insert', 'update_postimage') THEN 1 ELSE -1" in statement
+
+
+def test_consolidate_drops_rows_that_cancel():
+    statement = sql.consolidate("chg", COLS)
+    parses(statement)
+    assert "GROUP BY `room`, `n` HAVING SUM(_streamsql_weight) <> 0" in statement
+
+
+def test_merge_change_deletes_then_reinserts_survivors_atomically():
+    statement = sql.merge_change("`s`.`m`", "net", COLS)
+    parses(statement)
+    assert statement.startswith("MERGE INTO `s`.`m` AS t USING")
+    assert "ON s._streamsql_action = 'delete' AND t.`room` <=> s.`room`" in statement
+    assert "explode(sequence(1, _streamsql_existing + _streamsql_weight))" in statement
+    assert "WHEN NOT MATCHED AND s._streamsql_action = 'insert' THEN INSERT" in statement
+
+
+def test_insert_copies_repeats_rows_by_weight():
+    statement = sql.insert_copies("`s`.`m`", "net", COLS)
+    parses(statement)
+    assert "explode(sequence(1, _streamsql_weight))" in statement
+
+
+def test_merge_state_deletes_emptied_groups():
+    group = [Column("_streamsql_g0", "string")]
+    state = group + [Column("_streamsql_count", "bigint"), Column("_streamsql_a1", "bigint")]
+    statement = sql.merge_state("st_table", "new_groups", group, state)
+    parses(statement)
+    assert "WHEN MATCHED AND n._streamsql_count <= 0 THEN DELETE" in statement
+    assert "UPDATE SET `_streamsql_count` = n.`_streamsql_count`" in statement
+    assert "WHEN NOT MATCHED AND n._streamsql_count > 0 THEN INSERT" in statement
+
+
+def test_create_table_turns_on_the_change_feed_and_options():
+    statement = sql.create_table("`s`.`m`", COLS, {"delta.appendOnly": "false"},
+                                 partition_by=["room"], location="/data/m")
+    parses(statement)
+    assert "'delta.enableChangeDataFeed' = 'true'" in statement
+    assert "PARTITIONED BY (`room`)" in statement and "LOCATION '/data/m'" in statement
