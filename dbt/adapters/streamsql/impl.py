@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from dbt.adapters.base import BaseRelation, available
 from dbt.adapters.contracts.connection import AdapterResponse
@@ -14,7 +14,7 @@ from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
 from dbt.adapters.streamsql.execution.session import AdapterSqlSession
-from dbt.adapters.streamsql.execution.step import ModelSettings, StepError, StepRunner
+from dbt.adapters.streamsql.execution.step import ModelSettings, StepError, StepResult, StepRunner
 from dbt_common.exceptions import DbtRuntimeError
 
 logger = AdapterLogger("StreamSQL")
@@ -53,6 +53,10 @@ class StepResponse(AdapterResponse):
     held: int = 0
     waterline: Optional[Dict[str, Optional[str]]] = None
     seconds: float = 0.0
+
+
+def _no_planner(*_: Any) -> Any:
+    raise AssertionError("this operation plans nothing")
 
 
 def _as_list(value: Any) -> List[str]:
@@ -97,15 +101,26 @@ class StreamSQLAdapter(SparkAdapter):
         """Run one step of the incremental view `relation` (called by the materialization)."""
         from dbt.adapters.streamsql.planning.planner import plan_step
 
-        config = dict(config or {})
+        settings = dict(config or {})
+        runner = self._step_runner(relation, settings, bool(full_refresh))
+        runner.planner = lambda sql, inputs, columns: plan_step(sql, inputs, columns, settings)
+        return self._respond(lambda: runner.run(compiled_sql))
+
+    @available
+    def streamsql_flush(self, relation: BaseRelation, config: Any) -> StepResponse:
+        """Release everything the model's WATERMARK holds (the `streamsql_flush` operation)."""
+        runner = self._step_runner(relation, dict(config or {}), full_refresh=False)
+        return self._respond(runner.flush)
+
+    def _step_runner(self, relation: BaseRelation, config: Dict[str, Any],
+                     full_refresh: bool) -> StepRunner:
         name = str(relation.identifier)
-        schema = str(relation.schema)
         location_root = config.get("location_root")
         model = ModelSettings(
             name=name,
-            schema=schema,
+            schema=str(relation.schema),
             identifier=name,
-            full_refresh=bool(full_refresh),
+            full_refresh=full_refresh,
             append_only=bool(config.get("append_only")),
             partition_by=_as_list(config.get("partition_by")),
             cluster_by=_as_list(config.get("liquid_clustered_by")),
@@ -113,15 +128,14 @@ class StreamSQLAdapter(SparkAdapter):
             location=f"{location_root}/{name}" if location_root else None,
             lateness=config.get("lateness") or {},
             max_future=config.get("max_future") or {},
+            watermark=config.get("watermark") or {},
         )
-        runner = StepRunner(
-            AdapterSqlSession(self),
-            model,
-            planner=lambda sql, inputs, columns: plan_step(sql, inputs, columns, config),
-            log=logger.info,
-        )
+        return StepRunner(AdapterSqlSession(self), model, planner=_no_planner, log=logger.info)
+
+    @staticmethod
+    def _respond(step: Callable[[], StepResult]) -> StepResponse:
         try:
-            result = runner.run(compiled_sql)
+            result = step()
         except StepError as exc:
             raise DbtRuntimeError(str(exc)) from exc
         logger.info(result.log_line())

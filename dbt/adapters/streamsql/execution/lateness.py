@@ -55,7 +55,8 @@ class LatenessRule:
         return f"CAST('{value}' AS {self.column.data_type})"
 
 
-def _constant_expression(text: str) -> bool:
+def constant_expression(text: str) -> bool:
+    """True when `text` is one SQL expression that reads no column and no table."""
     try:
         tree = sqlglot.parse_one(f"SELECT {text}", read="spark")
     except sqlglot.errors.ParseError:
@@ -72,17 +73,10 @@ def lateness_rules(model: str, output_columns: Sequence[Column],
     """Rules from the model's config, checked for what can be checked without Spark."""
     lateness = dict(lateness or {})
     max_future = dict(max_future or {})
-    by_name = {c.name.lower(): c for c in output_columns}
-    available = ", ".join(c.name for c in output_columns)
     for config_name, mapping in (("lateness", lateness), ("max_future", max_future)):
         for name, value in mapping.items():
-            if str(name).lower() not in by_name:
-                raise LatenessConfigError(
-                    f"Model {model}: config {config_name} names column {name!r}, which the "
-                    f"model does not have (its columns: {available}). Use one of the model's "
-                    "output columns."
-                )
-            if not _constant_expression(str(value)):
+            find_column(model, config_name, output_columns, str(name))
+            if not constant_expression(str(value)):
                 raise LatenessConfigError(
                     f"Model {model}: config {config_name}[{name}] = {value!r} is not a constant "
                     "expression. Use a literal such as \"INTERVAL 1 HOUR\" or \"1000\"."
@@ -94,10 +88,23 @@ def lateness_rules(model: str, output_columns: Sequence[Column],
                 "Declare lateness for that column too."
             )
     return [
-        LatenessRule(by_name[str(name).lower()], str(value),
+        LatenessRule(find_column(model, "lateness", output_columns, str(name)), str(value),
                      _lookup(max_future, str(name)))
         for name, value in lateness.items()
     ]
+
+
+def find_column(model: str, config_name: str, output_columns: Sequence[Column],
+                name: str) -> Column:
+    """The model's output column a config names (case-insensitively), or a clear error."""
+    for column in output_columns:
+        if column.name.lower() == name.lower():
+            return column
+    available = ", ".join(c.name for c in output_columns)
+    raise LatenessConfigError(
+        f"Model {model}: config {config_name} names column {name!r}, which the model does not "
+        f"have (its columns: {available}). Use one of the model's output columns."
+    )
 
 
 def _lookup(mapping: Mapping[str, object], name: str) -> Optional[str]:

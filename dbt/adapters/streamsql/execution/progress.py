@@ -32,6 +32,16 @@ class StepRecord:
     state_version: Optional[int] = None  # the aggregate state table's version after this step
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     max_seen: Dict[str, Optional[str]] = field(default_factory=dict)
+    watermark_seen: Dict[str, Optional[str]] = field(default_factory=dict)
+
+    def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
+        """The record of the step after this one, carrying the event-time state forward."""
+        return StepRecord(
+            step=self.step + 1, run_id=run_id, sql_fingerprint=self.sql_fingerprint,
+            incarnation=self.incarnation, input_versions=input_versions,
+            state_version=self.state_version, waterline=dict(self.waterline),
+            max_seen=dict(self.max_seen), watermark_seen=dict(self.watermark_seen),
+        )
 
     def to_json(self) -> str:
         body = asdict(self)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Seque
 
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
+from dbt.adapters.streamsql.execution import watermark as wm
 from dbt.adapters.streamsql.execution.progress import StepRecord, last_record, sql_fingerprint
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
@@ -111,6 +112,7 @@ class ModelSettings:
     location: Optional[str] = None
     lateness: Mapping[str, Any] = field(default_factory=dict)
     max_future: Mapping[str, Any] = field(default_factory=dict)
+    watermark: Mapping[str, Any] = field(default_factory=dict)
 
     def table(self, suffix: str = "") -> str:
         """The quoted name of the model's table, or of one of its side tables."""
@@ -135,6 +137,16 @@ class ModelSettings:
     @property
     def waterline_table(self) -> str:
         return self.table("__waterline")
+
+    @property
+    def pending_table(self) -> str:
+        return self.table("__pending")
+
+
+@dataclass
+class EventTimeRules:
+    lateness: List[late.LatenessRule]
+    watermark: List[wm.WatermarkRule]
 
 
 class StepRunner:
@@ -175,7 +187,7 @@ class StepRunner:
         output_columns = self._describe_query(compiled_sql)
         plan = self.planner(compiled_sql, [i.table for i in inputs], output_columns)
         fingerprint = sql_fingerprint(compiled_sql)
-        rules = self._lateness_rules(output_columns)  # fails before anything is written
+        rules = self._event_time_rules(output_columns)  # fails before anything is written
 
         previous = self._prepare_target(plan, inputs, output_columns, fingerprint, rules)
         step = previous.step + 1
@@ -187,9 +199,7 @@ class StepRunner:
         self._checkpoint("start")
         result = StepResult(self.model.name, step, plan.strategy, plan.reason)
         views = self._bind_inputs(inputs, previous, result)
-        record = StepRecord(step=step, run_id=self.run_id, sql_fingerprint=fingerprint,
-                            incarnation=previous.incarnation, input_versions=versions, waterline=dict(previous.waterline),
-                            max_seen=dict(previous.max_seen))
+        record = previous.next(self.run_id, versions)
 
         # Everything a step reads is pinned to a version: Spark re-computes cached views when a
         # table under them changes, and this step itself changes the state and target tables.
@@ -200,20 +210,53 @@ class StepRunner:
                 self.model.target, self._latest_version(self.model.target)))
             change = self._cache("change", sql.bind_placeholders(plan.change_sql or "", views))
             net = self._cache("net", sql.consolidate(change, plan.output_columns))
+        return self._finish(net, plan.output_columns, rules, previous, record, result)
 
-        if rules:
-            net = self._apply_lateness(net, plan.output_columns, rules, previous, record, result)
+    def flush(self) -> StepResult:
+        """Release every held change (`streamsql_flush`): a step that reads no input."""
+        started = time.monotonic()
+        try:
+            columns = [Column(r["col_name"], r["data_type"])
+                       for r in self._describe_rows(f"DESCRIBE TABLE {self.model.target}")]
+            rules = self._event_time_rules(columns)
+            previous = last_record(self.session.query(f"DESCRIBE HISTORY {self.model.target}"))
+            if previous is None:
+                raise StepError(f"Model {self.model.name} has not run as an incremental_view "
+                                "yet: nothing is held.")
+            if not rules.watermark:
+                raise StepError(f"Model {self.model.name} declares no watermark: nothing is held.")
+            record = previous.next(self.run_id, dict(previous.input_versions))
+            result = StepResult(self.model.name, record.step, "flush",
+                                "release every held change")
+            empty = self._view("nothing", f"SELECT {sql.column_list(columns)}, CAST(0 AS BIGINT) "
+                                          f"AS {WEIGHT} FROM {self.model.target} WHERE false")
+            result = self._finish(empty, columns, rules, previous, record, result,
+                                  release_all=True)
+        finally:
+            self._drop_views()
+        result.seconds = time.monotonic() - started
+        return result
+
+    def _finish(self, net: str, columns: Sequence[Column], rules: "EventTimeRules",
+                previous: StepRecord, record: StepRecord, result: StepResult,
+                release_all: bool = False) -> StepResult:
+        """WATERMARK, then LATENESS, then the model's commit: the end of every step."""
+        if rules.watermark:
+            net = self._apply_watermark(net, columns, rules.watermark, previous, record, result,
+                                        release_all)
+        if rules.lateness:
+            net = self._apply_lateness(net, columns, rules.lateness, previous, record, result)
         counts = self.session.query(sql.change_counts(net))[0]
         result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
         if self.model.append_only and result.deleted:
             raise StepError(
-                f"Model {self.model.name} is configured append_only, but step {step} would "
-                f"delete or update {result.deleted} row(s) of it. Nothing was changed. Remove "
-                "`append_only` from the model's config if its result can shrink, or find the "
-                "input update/delete that caused this."
+                f"Model {self.model.name} is configured append_only, but step {record.step} "
+                f"would delete or update {result.deleted} row(s) of it. Nothing was changed. "
+                "Remove `append_only` from the model's config if its result can shrink, or find "
+                "the input update/delete that caused this."
             )
         self._checkpoint("before_commit")
-        self._commit(net, plan.output_columns, result, record)
+        self._commit(net, columns, result, record)
         self._checkpoint("after_commit")
         result.waterline = dict(record.waterline)
         return result
@@ -294,7 +337,7 @@ class StepRunner:
 
     def _prepare_target(self, plan: StepPlan, inputs: Sequence[InputState],
                         output_columns: Sequence[Column], fingerprint: str,
-                        rules: Sequence[late.LatenessRule]) -> StepRecord:
+                        rules: "EventTimeRules") -> StepRecord:
         """The last completed step; (re)creates the model's tables on the first or a full-refresh run."""
         model = self.model
         previous: Optional[StepRecord] = None
@@ -313,12 +356,11 @@ class StepRunner:
                     "table no longer matches its query. Run `dbt run --full-refresh --select "
                     f"{model.name}` to rebuild it from its inputs."
                 )
-            if rules:  # lateness may have been added to the config since
-                self._create_lateness_tables(output_columns, replace=False)
+            # LATENESS or WATERMARK may have been added to the config since the last step.
+            self._create_event_time_tables(output_columns, rules, replace=False)
             return self._recover(plan, previous)
         # Step 0: empty tables; the first step then reads every input in full.
-        if rules:
-            self._create_lateness_tables(output_columns, replace=True)
+        self._create_event_time_tables(output_columns, rules, replace=True)
         record = StepRecord(step=0, run_id=self.run_id, sql_fingerprint=fingerprint,
                             incarnation=self.run_id)
         if plan.aggregate is not None:
@@ -330,11 +372,18 @@ class StepRunner:
             model.cluster_by, model.location)), idempotent=False)
         return record
 
-    def _create_lateness_tables(self, output_columns: Sequence[Column], replace: bool) -> None:
-        for table, columns in (
-            (self.model.late_table, list(output_columns) + list(late.QUARANTINE_COLUMNS)),
-            (self.model.waterline_table, list(late.WATERLINE_COLUMNS)),
-        ):
+    def _create_event_time_tables(self, output_columns: Sequence[Column],
+                                  rules: "EventTimeRules", replace: bool) -> None:
+        tables = []
+        if rules.lateness:
+            tables += [
+                (self.model.late_table, list(output_columns) + list(late.QUARANTINE_COLUMNS)),
+                (self.model.waterline_table, list(late.WATERLINE_COLUMNS)),
+            ]
+        if rules.watermark:
+            tables.append((self.model.pending_table,
+                           list(output_columns) + list(wm.PENDING_COLUMNS)))
+        for table, columns in tables:
             statement = sql.create_table(table, columns)
             if not replace:
                 statement = statement.replace("CREATE OR REPLACE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
@@ -407,12 +456,25 @@ class StepRunner:
 
     # -- lateness ---------------------------------------------------------------------------------
 
-    def _lateness_rules(self, output_columns: Sequence[Column]) -> List[late.LatenessRule]:
+    def _event_time_rules(self, output_columns: Sequence[Column]) -> "EventTimeRules":
+        """The model's LATENESS and WATERMARK, checked before the step writes anything."""
         try:
             rules = late.lateness_rules(self.model.name, output_columns, self.model.lateness,
                                         self.model.max_future)
+            held = wm.watermark_rules(self.model.name, output_columns, self.model.watermark)
         except late.LatenessConfigError as exc:
             raise StepError(str(exc)) from exc
+        for hold_rule in held:
+            try:
+                self.session.query(wm.addition_check(hold_rule))
+            except Exception as exc:
+                raise StepError(
+                    f"Model {self.model.name}: config watermark[{hold_rule.column.name}] = "
+                    f"{hold_rule.delay!r} cannot be added to column {hold_rule.column.name} of "
+                    f"type {hold_rule.column.data_type}. Use an INTERVAL for timestamps and "
+                    f"dates and a number for numeric columns. Spark said: "
+                    f"{str(exc).splitlines()[0][:300]}"
+                ) from exc
         for rule in rules:
             try:
                 self.session.query(late.subtraction_check(rule))
@@ -424,7 +486,29 @@ class StepRunner:
                     f"(e.g. \"INTERVAL 1 HOUR\") and a number for numeric columns. Spark said: "
                     f"{str(exc).splitlines()[0][:300]}"
                 ) from exc
-        return rules
+        return EventTimeRules(rules, held)
+
+    def _apply_watermark(self, net: str, columns: Sequence[Column],
+                         rules: Sequence[wm.WatermarkRule], previous: StepRecord,
+                         record: StepRecord, result: StepResult, release_all: bool) -> str:
+        """Hold back changes the watermark does not allow yet; release those it now allows."""
+        pending, step = self.model.pending_table, record.step
+        for statement in wm.forget_attempt(pending, step):
+            self.session.run(statement)
+        held_before = self._view("pending", sql.input_as_of(pending,
+                                                             self._latest_version(pending)))
+        row = self.session.query(wm.seen_query(net, rules, previous.watermark_seen))[0]
+        for i, rule in enumerate(rules):
+            record.watermark_seen[rule.column.name] = row[f"s_{i}"]
+        condition = wm.release_condition(rules, record.watermark_seen, release_all)
+        candidates = self._cache("candidates", wm.candidates(net, held_before, columns, step))
+        released = self._cache("released", sql.consolidate(
+            f"({wm.released(candidates, columns, condition)})", columns))
+        self._checkpoint("before_hold")
+        self.session.run(wm.mark_released(pending, condition, step))
+        self.session.run(wm.hold(pending, candidates, columns, condition, step))
+        result.held = int(self.session.query(wm.held_count(pending))[0]["n"])
+        return released
 
     def _apply_lateness(self, net: str, columns: Sequence[Column],
                         rules: Sequence[late.LatenessRule], previous: StepRecord,
