@@ -92,3 +92,144 @@ class TestLateDeletesAndNulls(LatenessProject):
         late = sorted(_rows(project, f"select location, _streamsql_change, _streamsql_reason "
                             f"from {schema}.pickups__late"))
         assert late == [("a", "delete", "late"), ("nowhere", "insert", "null")]
+
+
+DECODED_PURCHASE = """
+{{ config(materialized='incremental_view', lateness={'date_time': 'INTERVAL 1 HOUR'}) }}
+select cast(date_time as timestamp) as date_time, credit_card, amount from {{ var('source') }}
+"""
+
+HOURLY_SPEND = """
+{{ config(materialized='incremental_view') }}
+select credit_card, window(date_time, '1 hour').start as hour, sum(amount) as spend, count(*) as n
+from {{ ref('decoded_purchase') }}
+group by credit_card, window(date_time, '1 hour')
+"""
+
+
+class TestSeed000Purchase:
+    """Seed 000: date_time arrives as a string; LATENESS is declared on the decoded view."""
+
+    @pytest.fixture(scope="class")
+    def source(self, project):
+        table = f"{project.test_schema}.purchase"
+        project.run_sql(f"create or replace table {table} "
+                        "(date_time string, credit_card bigint, amount decimal(10,2))")
+        return table
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"decoded_purchase.sql": DECODED_PURCHASE, "hourly_spend.sql": HOURLY_SPEND}
+
+    def test_late_purchase_never_reaches_the_aggregate(self, project, source):
+        schema = project.test_schema
+
+        def buy(*rows):
+            values = ", ".join(f"('{ts}', {card}, {amount})" for ts, card, amount in rows)
+            project.run_sql(f"insert into {source} values {values}")
+            return run_dbt(["run", "--vars", f"{{source: {source}}}"])
+
+        buy(("2024-01-01 10:00:00", 1, "10.00"), ("2024-01-01 10:30:00", 2, "5.50"))
+        buy(("2024-01-01 12:10:00", 1, "7.25"))  # waterline -> 11:10
+        results = buy(("2024-01-01 10:59:00", 1, "99.99"),  # below 11:10: late
+                      ("2024-01-01 11:30:00", 2, "1.00"))  # out of order, but in time
+        decoded = next(r for r in results if r.node.name == "decoded_purchase")
+        assert decoded.adapter_response["late"] == 1
+        spend = _rows(project, f"select credit_card, cast(hour as string), spend, n "
+                      f"from {schema}.hourly_spend order by credit_card, hour")
+        assert [(c, h, str(s), n) for c, h, s, n in spend] == [
+            (1, "2024-01-01 10:00:00", "10.00", 1),
+            (1, "2024-01-01 12:00:00", "7.25", 1),
+            (2, "2024-01-01 10:00:00", "5.50", 1),
+            (2, "2024-01-01 11:00:00", "1.00", 1),
+        ]
+        late = _rows(project, f"select cast(date_time as string), amount, _streamsql_reason "
+                     f"from {schema}.decoded_purchase__late")
+        assert [(t, str(a), r) for t, a, r in late] == [("2024-01-01 10:59:00", "99.99", "late")]
+
+
+SENSOR = """
+{{ config(materialized='incremental_view',
+          lateness={'ts': 'INTERVAL 1 HOUR', 'seq': '100'},
+          max_future={'ts': 'INTERVAL 1 DAY'}) }}
+select ts, seq, reading from {{ var('source') }}
+"""
+
+
+class TestFutureAndTwoColumns:
+    @pytest.fixture(scope="class")
+    def source(self, project):
+        table = f"{project.test_schema}.sensor_raw"
+        project.run_sql(f"create or replace table {table} (ts timestamp, seq bigint, reading int)")
+        return table
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"sensor.sql": SENSOR}
+
+    def test_future_rows_do_not_move_the_waterline_and_either_column_makes_late(
+            self, project, source):
+        schema = project.test_schema
+
+        def step(values):
+            project.run_sql(f"insert into {source} values {values}")
+            return run_dbt(["run", "--vars", f"{{source: {source}}}"])[0].adapter_response
+
+        first = step("(timestamp'2024-01-01 10:00:00', 1000, 1), "
+                     "(timestamp'2999-01-01 00:00:00', 1001, 2)")  # far in the future
+        assert first["late"] == 1
+        # The future row did not move the ts waterline; BIGINT lateness on seq: 1001 - 100.
+        assert first["waterline"] == {"ts": "2024-01-01 09:00:00", "seq": "901"}
+        second = step("(timestamp'2024-01-01 09:30:00', 950, 3), "  # in time in both
+                      "(timestamp'2024-01-01 10:30:00', 800, 4), "  # late in seq only
+                      "(timestamp'2024-01-01 08:00:00', 990, 5)")  # late in ts only
+        assert second["late"] == 2 and second["inserted"] == 1
+        late = _rows(project, f"select reading, _streamsql_column, _streamsql_waterline, "
+                     f"_streamsql_reason, _streamsql_step from {schema}.sensor__late "
+                     f"order by reading")
+        assert late == [
+            (2, "ts", None, "future", 1),
+            (4, "seq", "901", "late", 2),
+            (5, "ts", "2024-01-01 09:00:00", "late", 2),
+        ]
+        assert _rows(project, f"select reading from {schema}.sensor order by reading") == \
+            [(1,), (3,)]
+
+
+BAD_CONFIGS = {
+    "unknown_column.sql": """
+{{ config(materialized='incremental_view', lateness={'when': 'INTERVAL 1 HOUR'}) }}
+select current_date() as day, id from {{ var('source') }}""",
+    "not_constant.sql": """
+{{ config(materialized='incremental_view', lateness={'id': 'id + 1'}) }}
+select id from {{ var('source') }}""",
+    "wrong_type.sql": """
+{{ config(materialized='incremental_view', lateness={'label': 'INTERVAL 1 HOUR'}) }}
+select id, label from {{ var('source') }}""",
+}
+
+
+class TestBadLatenessConfig:
+    @pytest.fixture(scope="class")
+    def source(self, project):
+        table = f"{project.test_schema}.things"
+        project.run_sql(f"create or replace table {table} (id bigint, label string)")
+        project.run_sql(f"insert into {table} values (1, 'x')")
+        return table
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return BAD_CONFIGS
+
+    @pytest.mark.parametrize("model, message", [
+        ("unknown_column", "config lateness names column 'when', which the model does not have"),
+        ("not_constant", "is not a constant expression"),
+        ("wrong_type", "cannot be subtracted from column label of type string"),
+    ])
+    def test_fails_before_writing_anything(self, project, source, model, message):
+        results = run_dbt(["run", "--select", model, "--vars", f"{{source: {source}}}"],
+                          expect_pass=False)
+        assert f"Model {model}" in results[0].message and message in results[0].message
+        tables = [row[1] for row in project.run_sql(
+            f"show tables in {project.test_schema}", fetch="all")]
+        assert not any(t.startswith(model) for t in tables)

@@ -71,3 +71,17 @@ def test_step_record_round_trips_and_history_stops_at_recreation():
                {"operation": "MERGE", "userMetadata": record.to_json()}]
     assert last_record(rebuilt) is None
     assert StepRecord.from_json('{"other": 1}') is None
+
+
+@pytest.mark.parametrize("column_type, difference_type, ok", [
+    ("timestamp", "timestamp", True),
+    ("date", "date", True),
+    ("bigint", "bigint", True),
+    ("decimal(10,2)", "decimal(11,2)", True),
+    ("date", "timestamp", False),  # DATE - INTERVAL 1 HOUR: not comparable as a date
+    ("string", "timestamp", False),  # Spark casts strings silently; LATENESS must not
+    ("boolean", "boolean", False),
+])
+def test_subtraction_must_stay_in_the_column_type_family(column_type, difference_type, ok):
+    rule = late.LatenessRule(Column("c", column_type), "1")
+    assert (late.subtraction_error(rule, difference_type) is None) is ok

@@ -14,6 +14,7 @@ messages) up to `lock_timeout` seconds, then fails with a message that says what
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shutil
 import threading
@@ -220,5 +221,8 @@ def _start_session(settings: SessionSettings) -> Any:
             f"Spark said: {exc}"
         ) from exc
     session.sparkContext.setLogLevel("ERROR")
+    # PySpark also logs every failed statement with its JVM stack trace; dbt reports the error
+    # itself, so the console would show each failure twice, the second time as a wall of Java.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     logger.debug(f"Embedded Spark started in {time.monotonic() - started:.1f} s")
     return session

@@ -115,11 +115,38 @@ def _lookup(mapping: Mapping[str, object], name: str) -> Optional[str]:
 
 
 def subtraction_check(rule: LatenessRule) -> str:
-    """A query that fails unless `column - lateness` is a value of the column's type."""
-    col = rule.column
-    return (f"SELECT CAST(CAST(NULL AS {col.data_type}) - ({rule.lateness}) AS "
-            f"{col.data_type}) AS w, CAST(NULL AS {col.data_type}) < "
-            f"CAST(NULL AS {col.data_type}) - ({rule.lateness}) AS ok")
+    """DESCRIBE of `column - lateness`: it fails, or tells the type of the difference."""
+    return f"DESCRIBE QUERY SELECT CAST(NULL AS {rule.column.data_type}) - ({rule.lateness}) AS w"
+
+
+NUMERIC_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal")
+
+
+def type_family(data_type: str) -> str:
+    """What kind of value a Spark type holds, for deciding what may be subtracted from what."""
+    name = data_type.lower()
+    if name.startswith(NUMERIC_TYPES):
+        return "number"
+    if name.startswith("timestamp"):
+        return "timestamp"
+    if name == "date":
+        return "date"
+    return name
+
+
+def subtraction_error(rule: LatenessRule, difference_type: str) -> Optional[str]:
+    """Why `column - lateness` is not a value to compare the column with (None if it is).
+
+    Spark will happily turn a string into a timestamp to subtract an interval from it; a
+    lateness on a string column is still a mistake, so the types are checked, not just the SQL.
+    """
+    column_family = type_family(rule.column.data_type)
+    if column_family not in ("number", "timestamp", "date"):
+        return f"a {rule.column.data_type} column has no order that LATENESS can measure"
+    if type_family(difference_type) != column_family:
+        return (f"{rule.column.data_type} - ({rule.lateness}) is a {difference_type}, "
+                f"not a {rule.column.data_type}")
+    return None
 
 
 def _future(rule: LatenessRule) -> str:
