@@ -25,6 +25,7 @@ from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution import watermark as wm
 from dbt.adapters.streamsql.execution.progress import StepRecord, last_record, sql_fingerprint
+from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
     GROUP_DELTA,
@@ -175,6 +176,8 @@ class StepRunner:
         started = time.monotonic()
         try:
             result = self._run(compiled_sql)
+        except PlanningError as error:
+            raise StepError(f"Model {self.model.name}: {error}") from error
         finally:
             self._drop_views()
         result.seconds = time.monotonic() - started

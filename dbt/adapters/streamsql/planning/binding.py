@@ -84,7 +84,7 @@ def _is_cte_reference(table: exp.Table) -> bool:
     return False
 
 
-def _input_references(query: exp.Expression) -> List[exp.Table]:
+def input_references(query: exp.Expression) -> List[exp.Table]:
     """Table nodes that name a stored table (not a CTE, not a table-valued function)."""
     return [
         table
@@ -100,7 +100,7 @@ def bind_text(sql: str, query: exp.Query, inputs: Sequence[InputTable], placehol
     `__streamsql_new_0__ AS t`) so qualified columns still resolve. The trailing semicolon is removed.
     """
     edits: List[Tuple[int, int, str]] = []
-    for table in _input_references(query):
+    for table in input_references(query):
         index = input_index(table, inputs)
         parts = table.parts
         start, end = parts[0].meta.get("start"), parts[-1].meta.get("end")

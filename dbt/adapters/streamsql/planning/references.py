@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import List
 
-import sqlglot
 from sqlglot import exp
+
+from dbt.adapters.streamsql.planning.binding import input_references, parse_query
+from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
 
 
 def normalize_table_name(table: exp.Table) -> str:
@@ -15,18 +17,17 @@ def normalize_table_name(table: exp.Table) -> str:
 
 
 def referenced_tables(sql: str) -> List[str]:
-    """Normalized names of the tables `sql` reads, in order of first appearance.
+    """Normalized names of the stored tables `sql` reads (not CTEs, not table functions).
 
-    CTE names and table-valued functions (`range(5)`, `table_changes(...)`) are not tables.
+    Raises:
+        PlanningError: the SQL cannot be parsed, so its inputs are unknown.
     """
-    tree = sqlglot.parse_one(sql.strip().rstrip(";"), read="spark")
-    cte_names = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    try:
+        query = parse_query(sql)
+    except RecomputeRequired as error:
+        raise PlanningError(f"cannot find the tables this model reads: {error}") from error
     names: List[str] = []
-    for table in tree.find_all(exp.Table):
-        if not isinstance(table.this, exp.Identifier):
-            continue  # a table-valued function
-        if not table.db and table.name.lower() in cte_names:
-            continue
+    for table in input_references(query):
         name = normalize_table_name(table)
         if name not in names:
             names.append(name)
