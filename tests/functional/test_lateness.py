@@ -233,3 +233,4 @@ class TestBadLatenessConfig:
         tables = [row[1] for row in project.run_sql(
             f"show tables in {project.test_schema}", fetch="all")]
         assert not any(t.startswith(model) for t in tables)
+

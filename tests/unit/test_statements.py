@@ -80,3 +80,15 @@ def test_create_table_turns_on_the_change_feed_and_options():
     parses(statement)
     assert "'delta.enableChangeDataFeed' = 'true'" in statement
     assert "PARTITIONED BY (`room`)" in statement and "LOCATION '/data/m'" in statement
+
+
+def test_merge_change_bounds_the_target_by_the_waterline():
+    from dbt.adapters.streamsql.execution import lateness as late
+
+    rules = late.lateness_rules("m", [Column("ts", "timestamp")], {"ts": "INTERVAL 1 HOUR"}, {})
+    bounds = late.target_bounds(rules, {"ts": "2024-01-01 10:00:00"})
+    assert bounds == ["t.`ts` >= CAST('2024-01-01 10:00:00' AS timestamp)"]
+    assert late.target_bounds(rules, {}) == []  # first step: no waterline yet
+    statement = sql.merge_change("`s`.`m`", "net", [Column("ts", "timestamp")], bounds)
+    parses(statement)
+    assert statement.count("AND t.`ts` >= CAST('2024-01-01 10:00:00' AS timestamp)") == 2

@@ -176,6 +176,20 @@ def classify(net_view: str, columns: Sequence[Column], rules: Sequence[LatenessR
             f"CASE {reason_case} END AS {REASON} FROM {net_view}")
 
 
+def target_bounds(rules: Sequence[LatenessRule],
+                  waterline: Mapping[str, Optional[str]]) -> List[str]:
+    """Predicates every row a step may delete from the model satisfies.
+
+    A change is applied only if its value is at or above the previous waterline in every
+    lateness column, so the rows it deletes are too: the model's files below the waterline can be
+    skipped. This is how waterlines keep a step's MERGE from reading the model's history.
+    """
+    return [
+        f"t.{quote(rule.column.name)} >= {rule.literal(waterline[rule.column.name])}"
+        for rule in rules if waterline.get(rule.column.name) is not None
+    ]
+
+
 def on_time(classified_view: str, columns: Sequence[Column]) -> str:
     return f"SELECT {column_list(columns)}, {WEIGHT} FROM {classified_view} WHERE {REASON} IS NULL"
 

@@ -116,20 +116,25 @@ def insert_copies(target: str, net_view: str, columns: Sequence[Column]) -> str:
     )
 
 
-def merge_change(target: str, net_view: str, columns: Sequence[Column]) -> str:
+def merge_change(target: str, net_view: str, columns: Sequence[Column],
+                 target_bounds: Sequence[str] = ()) -> str:
     """Apply a multiset change in one atomic MERGE.
 
     A row r with net weight w > 0 gains w copies. A row with w < 0 loses |w| copies: all copies of
     r are deleted and max(existing + w, 0) copies re-inserted, because a MERGE cannot delete some
     of several identical rows. Delete actions match on every column (null-safe); insert actions
     never match and fall through to WHEN NOT MATCHED.
+
+    `target_bounds` are predicates on the target (alias `t`) that every row the change can delete
+    satisfies, e.g. `t.ts >= <waterline>`: Delta then skips files that lie wholly outside them.
     """
     cols = column_list(columns)
     shrinking = f"(SELECT * FROM {net_view} WHERE {WEIGHT} < 0)"
+    bounds = "".join(f" AND {bound}" for bound in target_bounds)
     existing = (
         f"SELECT {column_list(columns, 's.')}, FIRST(s.{WEIGHT}) AS {WEIGHT}, "
         f"COUNT(*) AS {EXISTING} FROM {target} t JOIN {shrinking} s "
-        f"ON {null_safe_match(columns, 't', 's')} GROUP BY {column_list(columns, 's.')}"
+        f"ON {null_safe_match(columns, 't', 's')}{bounds} GROUP BY {column_list(columns, 's.')}"
     )
     source = (
         f"SELECT {cols}, 'delete' AS {ACTION} FROM {shrinking} "
@@ -143,7 +148,7 @@ def merge_change(target: str, net_view: str, columns: Sequence[Column]) -> str:
     )
     return (
         f"MERGE INTO {target} AS t USING ({source}) AS s "
-        f"ON s.{ACTION} = 'delete' AND {null_safe_match(columns, 't', 's')} "
+        f"ON s.{ACTION} = 'delete' AND {null_safe_match(columns, 't', 's')}{bounds} "
         f"WHEN MATCHED THEN DELETE "
         f"WHEN NOT MATCHED AND s.{ACTION} = 'insert' THEN INSERT ({cols}) "
         f"VALUES ({column_list(columns, 's.')})"

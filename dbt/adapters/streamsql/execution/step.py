@@ -259,7 +259,8 @@ class StepRunner:
                 "the input update/delete that caused this."
             )
         self._checkpoint("before_commit")
-        self._commit(net, columns, result, record)
+        bounds = late.target_bounds(rules.lateness, previous.waterline)
+        self._commit(net, columns, result, record, bounds)
         self._checkpoint("after_commit")
         result.waterline = dict(record.waterline)
         return result
@@ -539,10 +540,10 @@ class StepRunner:
     # -- commit -----------------------------------------------------------------------------------
 
     def _commit(self, net: str, columns: Sequence[Column], result: StepResult,
-                record: StepRecord) -> None:
+                record: StepRecord, target_bounds: Sequence[str] = ()) -> None:
         target = self.model.target
         if result.deleted:
-            statement = sql.merge_change(target, net, columns)
+            statement = sql.merge_change(target, net, columns, target_bounds)
         elif result.inserted:
             statement = sql.insert_copies(target, net, columns)
         else:
