@@ -24,4 +24,12 @@ def dbt_profile_target(warehouse_dir):
         "method": "session",
         "warehouse_dir": warehouse_dir,
         "threads": 1,
+        # Tests move a few rows per query: compiling code and adaptive planning would cost more
+        # than they save (about 3x on a 2-core machine). Results are the same either way.
+        "server_side_parameters": {
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+            "spark.sql.shuffle.partitions": "1",
+            "spark.sql.adaptive.enabled": "false",
+        },
     }

@@ -99,21 +99,12 @@ RECOMPUTE = [
 
 
 @pytest.fixture(scope="module")
-def spark():
-    pyspark = pytest.importorskip("pyspark.sql")
-    session = (
-        pyspark.SparkSession.builder.master("local[1]")
-        .appName("streamsql-planner-semantics")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        # tiny data: compiling generated code would cost more than interpreting it
-        .config("spark.sql.codegen.wholeStage", "false")
-        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
-        .getOrCreate()
-    )
-    yield session
+def spark(warehouse_dir):
+    """The test run's one Spark session (the adapter's), whichever test starts it first."""
+    from dbt.adapters.streamsql.session import SessionSettings, get_spark_session
+
+    session = get_spark_session(SessionSettings(warehouse_dir, "local[2]", {}, 600))
+    return session.newSession()  # its own temp views and settings
 
 
 # -- data ---------------------------------------------------------------------------------------

@@ -42,6 +42,9 @@ from dbt.adapters.streamsql.planning.plan import (
 )
 
 FAULT_INJECTION_ENV = "STREAMSQL_TEST_FAIL_AT"
+# How Spark/Delta say that DESCRIBE HISTORY met a table that is not a Delta table.
+NOT_DELTA_MARKERS = ("DELTA_MISSING_DELTA_TABLE", "DELTA_ONLY_OPERATION", "not a Delta table",
+                     "only supported for Delta tables")
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -273,7 +276,7 @@ class StepRunner:
             history = self.session.query(f"DESCRIBE HISTORY {relation} LIMIT 1")
         except Exception as exc:
             message = str(exc)
-            if "DELTA_MISSING_DELTA_TABLE" in message or "not a Delta table" in message:
+            if any(marker in message for marker in NOT_DELTA_MARKERS):
                 raise StepError(
                     f"Model {self.model.name} reads {name}, which is not a Delta table, so its "
                     "changes cannot be read. Make it a Delta table (materialized='table' or "

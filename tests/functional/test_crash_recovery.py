@@ -1,0 +1,132 @@
+"""SPEC section 6: a step that fails at any point is completed exactly once by the next run.
+
+The step's test-only fault switch (`STREAMSQL_TEST_FAIL_AT`) makes a step fail at one of its named
+checkpoints. For each checkpoint a linear and an aggregate step reach, the test fails a step there,
+checks what the failed step left behind (the model as before the step when the fault comes before
+the commit, as after it when it comes after), re-runs, and checks the model against its query
+evaluated from scratch (a change applied twice or lost would show), then takes one more step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Dict, List, Tuple
+
+import pytest
+from dbt.tests.util import run_dbt
+
+from dbt.adapters.streamsql.execution.step import FAULT_INJECTION_ENV
+
+pytestmark = pytest.mark.functional
+
+LINEAR_CHECKPOINTS = ["start", "before_commit", "after_commit"]  # a linear step has no state
+AGGREGATE_CHECKPOINTS = ["start", "before_state", "after_state", "before_commit", "after_commit"]
+CASES: List[Tuple[str, str]] = (
+    [("linear", point) for point in LINEAR_CHECKPOINTS]
+    + [("aggregate", point) for point in AGGREGATE_CHECKPOINTS]
+)
+
+QUERIES = {
+    "linear": "select id, k, v * 10 as v10 from {src} where k is not null",
+    "aggregate": "select k, count(*) as n, sum(v) as total, min(v) as lo, max(v) as hi "
+                 "from {src} group by k",
+}
+
+
+def model_name(kind: str, point: str) -> str:
+    return f"{kind}_{point}"
+
+
+def source_name(kind: str, point: str) -> str:
+    return f"src_{kind}_{point}"
+
+
+def bag(project, sql: str) -> Counter:
+    return Counter(tuple(row) for row in project.run_sql(sql, fetch="all"))
+
+
+def latest_version(project, relation: str) -> int:
+    return int(project.run_sql(f"describe history {relation} limit 1", fetch="one")[0])
+
+
+def run_step(model: str, fail_at: str = "", expect_pass: bool = True):
+    """One `dbt run` of one model, optionally with the fault switch on; its result."""
+    if fail_at:
+        os.environ[FAULT_INJECTION_ENV] = fail_at
+    try:
+        results = run_dbt(["run", "--select", model], expect_pass=expect_pass)
+    finally:
+        os.environ.pop(FAULT_INJECTION_ENV, None)
+    assert len(results) == 1
+    return results[0]
+
+
+class TestCrashRecovery:
+    @pytest.fixture(scope="class")
+    def models(self) -> Dict[str, str]:
+        files = {}
+        for kind, point in CASES:
+            src = "{{ target.schema }}." + source_name(kind, point)
+            files[f"{model_name(kind, point)}.sql"] = (
+                "{{ config(materialized='incremental_view') }}\n"
+                + QUERIES[kind].format(src=src))
+        return files
+
+    @pytest.mark.parametrize("kind,point", CASES, ids=[f"{k}-{p}" for k, p in CASES])
+    def test_failed_step_completes_exactly_once(self, project, kind, point):
+        schema = project.test_schema
+        src = f"{schema}.{source_name(kind, point)}"
+        name = model_name(kind, point)
+        model = f"{schema}.{name}"
+        expected_sql = QUERIES[kind].format(src=src)
+
+        def assert_model_equals_query(when: str) -> None:
+            actual, expected = bag(project, f"select * from {model}"), bag(project, expected_sql)
+            assert actual == expected, (
+                f"{name} {when}: extra {actual - expected}, missing {expected - actual}")
+
+        project.run_sql(f"create table {src} (id int, k int, v int)")
+        project.run_sql(f"insert into {src} values (1, 1, 10), (2, 1, 20), (2, 1, 20), "
+                        "(3, 2, 30), (4, null, 40), (5, 3, 50)")
+        first = run_step(name)
+        assert first.adapter_response["step"] == 1
+        assert_model_equals_query("after step 1")
+        before_rows = bag(project, f"select * from {model}")
+        before_version = latest_version(project, model)
+
+        # step 2's change set: 6 changes (an insert of 2 rows, a delete, an update of a key)
+        project.run_sql(f"insert into {src} values (6, 2, 60), (7, 1, 70)")
+        project.run_sql(f"delete from {src} where id = 3")
+        project.run_sql(f"update {src} set k = 2, v = 25 where id = 1")
+        step2_changes = 2 + 1 + 2
+
+        failed = run_step(name, fail_at=point, expect_pass=False)
+        assert f"injected fault at {point}" in (failed.message or ""), failed.message
+        if point == "after_commit":
+            assert latest_version(project, model) > before_version
+            assert_model_equals_query(f"after a fault at {point}")
+        else:
+            # nothing a reader of the model can see has changed
+            assert latest_version(project, model) == before_version
+            assert bag(project, f"select * from {model}") == before_rows
+
+        rerun = run_step(name).adapter_response
+        assert rerun["step"] == 2, rerun
+        if point == "after_commit":
+            # step 2 was complete: nothing left to do, nothing read again
+            assert (rerun["changes_read"], rerun["applied"]) == (0, 0), rerun
+        else:
+            assert rerun["changes_read"] == step2_changes, rerun
+        assert_model_equals_query(f"after re-running a step that failed at {point}")
+        if kind == "aggregate":  # a change applied twice would double the counts
+            total = project.run_sql(f"select sum(n) from {model}", fetch="one")[0]
+            assert total == project.run_sql(f"select count(*) from {src}", fetch="one")[0]
+
+        # the step after that reads exactly its own changes
+        project.run_sql(f"insert into {src} values (8, 3, 80)")
+        project.run_sql(f"delete from {src} where id = 2")  # both duplicates
+        following = run_step(name).adapter_response
+        assert following["step"] == 3, following
+        assert following["changes_read"] == 3, following
+        assert_model_equals_query("in the step after the recovered one")

@@ -1,0 +1,274 @@
+"""incremental_view basics: the step report, skipped steps, full refresh, append_only, inputs the
+step cannot read, a changed model SQL, and configuration in YAML."""
+
+from __future__ import annotations
+
+from collections import Counter
+import pytest
+from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
+
+pytestmark = pytest.mark.functional
+
+SOURCES_YML = """
+version: 2
+sources:
+  - name: raw
+    schema: "{{ target.schema }}"
+    tables:
+      - name: src
+      - name: parquet_src
+      - name: no_feed_src
+"""
+
+POSITIVE = """
+{{ config(materialized='incremental_view') }}
+select id, k, v from {{ source('raw', 'src') }} where v > 0
+"""
+
+TOTALS = """
+{{ config(materialized='incremental_view') }}
+select k, count(*) as n, sum(v) as total from {{ source('raw', 'src') }} group by k
+"""
+
+
+def rows(project, relation: str, columns: str = "*") -> Counter:
+    return Counter(tuple(r) for r in project.run_sql(f"select {columns} from {relation}",
+                                                     fetch="all"))
+
+
+def latest_version(project, relation: str) -> int:
+    return int(project.run_sql(f"describe history {relation} limit 1", fetch="one")[0])
+
+
+def by_name(results, name: str):
+    matching = [r for r in results if r.node.name == name]
+    assert len(matching) == 1, [r.node.name for r in results]
+    return matching[0]
+
+
+def create_src(project) -> str:
+    table = f"{project.test_schema}.src"
+    project.run_sql(f"create table {table} (id int, k int, v int)")
+    return table
+
+
+class TestStepReport:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"positive.sql": POSITIVE, "totals.sql": TOTALS, "sources.yml": SOURCES_YML}
+
+    def test_numbers_of_a_known_change_then_a_skipped_step(self, project):
+        src = create_src(project)
+        project.run_sql(f"insert into {src} values (1, 1, 10), (2, 1, 20), (3, 2, -5)")
+        results = run_dbt(["run"])
+        first = by_name(results, "positive").adapter_response
+        assert first["step"] == 1
+        assert first["plan"] == "linear", first
+        assert (first["changes_read"], first["inserted"], first["deleted"]) == (3, 2, 0)
+        assert first["applied"] == 2
+        totals = by_name(results, "totals").adapter_response
+        assert totals["plan"] == "aggregate", totals
+        assert (totals["step"], totals["inserted"], totals["deleted"]) == (1, 2, 0)
+
+        # an update (pre- and post-image) and a delete: 3 changes read
+        project.run_sql(f"update {src} set v = 11 where id = 1")
+        project.run_sql(f"delete from {src} where id = 2")
+        results, log = run_dbt_and_capture(["run"])
+        second = by_name(results, "positive").adapter_response
+        assert second["step"] == 2
+        assert (second["changes_read"], second["inserted"], second["deleted"]) == (3, 1, 2)
+        assert second["applied"] == 3
+        assert "positive: step 2: read 3 changes, applied 3 (+1 -2)" in log
+        assert second["_message"].startswith("positive: step 2: read 3 changes")
+        assert rows(project, f"{project.test_schema}.positive") == Counter({(1, 1, 11): 1})
+        totals = by_name(results, "totals").adapter_response
+        # group 1 goes from (1, 2, 30) to (1, 1, 11): one row deleted, one inserted
+        assert (totals["step"], totals["inserted"], totals["deleted"]) == (2, 1, 1)
+        assert rows(project, f"{project.test_schema}.totals") == Counter(
+            {(1, 1, 11): 1, (2, 1, -5): 1})
+
+        # no input change: the step is skipped and the model's table is not touched
+        before = {name: (latest_version(project, f"{project.test_schema}.{name}"),
+                         rows(project, f"{project.test_schema}.{name}"))
+                  for name in ("positive", "totals")}
+        results, log = run_dbt_and_capture(["run"])
+        for name in ("positive", "totals"):
+            response = by_name(results, name).adapter_response
+            assert response["step"] == 2, response
+            assert (response["changes_read"], response["applied"]) == (0, 0), response
+            assert "inputs unchanged, nothing to do" in response["_message"]
+            assert f"{name}: step 2: inputs unchanged, nothing to do" in log
+            assert (latest_version(project, f"{project.test_schema}.{name}"),
+                    rows(project, f"{project.test_schema}.{name}")) == before[name]
+
+
+class TestFullRefresh:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"totals.sql": TOTALS, "sources.yml": SOURCES_YML}
+
+    def test_full_refresh_rebuilds_from_the_inputs(self, project):
+        src = create_src(project)
+        model = f"{project.test_schema}.totals"
+        project.run_sql(f"insert into {src} values (1, 1, 10), (2, 2, 20)")
+        run_dbt(["run"])
+        project.run_sql(f"insert into {src} values (3, 1, 5)")
+        run_dbt(["run"])
+        # someone damages the model's table behind the adapter's back
+        project.run_sql(f"insert into {model} values (9, 9, 9)")
+        project.run_sql(f"delete from {model} where k = 2")
+
+        results = run_dbt(["run", "--full-refresh"])
+        response = by_name(results, "totals").adapter_response
+        assert response["step"] == 1, response
+        assert response["changes_read"] == 3, response
+        assert rows(project, model) == Counter({(1, 2, 15): 1, (2, 1, 20): 1})
+
+        # and the rebuilt model keeps stepping normally
+        project.run_sql(f"delete from {src} where id = 1")
+        results = run_dbt(["run"])
+        response = by_name(results, "totals").adapter_response
+        assert response["step"] == 2, response
+        assert response["changes_read"] == 1, response
+        assert rows(project, model) == Counter({(1, 1, 5): 1, (2, 1, 20): 1})
+
+
+class TestAppendOnly:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "growing.sql": "{{ config(materialized='incremental_view', append_only=true) }}\n"
+                           "select id, v from {{ source('raw', 'src') }}",
+            "sources.yml": SOURCES_YML,
+        }
+
+    def test_a_delete_fails_the_step_and_changes_nothing(self, project):
+        src = create_src(project)
+        model = f"{project.test_schema}.growing"
+        project.run_sql(f"insert into {src} values (1, 1, 10), (2, 1, 20)")
+        run_dbt(["run"])
+        project.run_sql(f"insert into {src} values (3, 1, 30)")
+        results = run_dbt(["run"])
+        assert by_name(results, "growing").adapter_response["step"] == 2
+        before = (latest_version(project, model), rows(project, model))
+
+        project.run_sql(f"delete from {src} where id = 1")
+        project.run_sql(f"insert into {src} values (4, 1, 40)")
+        results = run_dbt(["run"], expect_pass=False)
+        message = by_name(results, "growing").message
+        assert "growing" in message and "append_only" in message, message
+        assert (latest_version(project, model), rows(project, model)) == before
+
+        # still failing on the next run: the offending change was not consumed
+        results = run_dbt(["run"], expect_pass=False)
+        assert "append_only" in by_name(results, "growing").message
+        assert (latest_version(project, model), rows(project, model)) == before
+
+
+class TestNonDeltaInput:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "from_parquet.sql": "{{ config(materialized='incremental_view') }}\n"
+                                "select id from {{ source('raw', 'parquet_src') }}",
+            "sources.yml": SOURCES_YML,
+        }
+
+    def test_a_parquet_input_is_explained(self, project):
+        schema = project.test_schema
+        project.run_sql(f"create table {schema}.parquet_src (id int) using parquet")
+        project.run_sql(f"insert into {schema}.parquet_src values (1)")
+
+        results = run_dbt(["run"], expect_pass=False)
+        message = by_name(results, "from_parquet").message
+        assert "from_parquet" in message and "parquet_src" in message, message
+        assert "not a Delta table" in message, message
+        assert "CONVERT TO DELTA" in message, message
+        tables = {row[1] for row in project.run_sql(f"show tables in {schema}", fetch="all")}
+        assert "from_parquet" not in tables, tables  # nothing was written
+
+
+class TestChangeFeedOff:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "from_no_feed.sql": "{{ config(materialized='incremental_view') }}\n"
+                                "select id from {{ source('raw', 'no_feed_src') }}",
+            "sources.yml": SOURCES_YML,
+        }
+
+    def test_feed_off_is_explained_with_the_fix(self, project):
+        schema = project.test_schema
+        project.run_sql(f"create table {schema}.no_feed_src (id int) using delta "
+                        "tblproperties (delta.enableChangeDataFeed = false)")
+        project.run_sql(f"insert into {schema}.no_feed_src values (1)")
+
+        results = run_dbt(["run"], expect_pass=False)
+        message = by_name(results, "from_no_feed").message
+        assert "from_no_feed" in message and "no_feed_src" in message, message
+        assert "change data feed" in message, message
+        assert "delta.enableChangeDataFeed = true" in message, message
+        tables = {row[1] for row in project.run_sql(f"show tables in {schema}", fetch="all")}
+        assert "from_no_feed" not in tables, tables  # nothing was written
+
+        # following the advice makes the model work
+        project.run_sql(f"alter table {schema}.no_feed_src "
+                        "set tblproperties (delta.enableChangeDataFeed = true)")
+        results = run_dbt(["run"])
+        assert by_name(results, "from_no_feed").adapter_response["step"] == 1
+        assert rows(project, f"{schema}.from_no_feed") == Counter({(1,): 1})
+
+
+class TestChangedSql:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"positive.sql": POSITIVE, "sources.yml": SOURCES_YML}
+
+    def test_changed_sql_asks_for_a_full_refresh(self, project):
+        src = create_src(project)
+        model = f"{project.test_schema}.positive"
+        project.run_sql(f"insert into {src} values (1, 1, 10), (2, 1, -20)")
+        run_dbt(["run"])
+        before = (latest_version(project, model), rows(project, model))
+
+        write_file(POSITIVE.replace("where v > 0", "where v < 0"),
+                   project.project_root, "models", "positive.sql")
+        results = run_dbt(["run"], expect_pass=False)
+        message = by_name(results, "positive").message
+        assert "positive" in message and "--full-refresh" in message, message
+        assert (latest_version(project, model), rows(project, model)) == before
+
+        results = run_dbt(["run", "--full-refresh"])
+        assert by_name(results, "positive").adapter_response["step"] == 1
+        assert rows(project, model) == Counter({(2, 1, -20): 1})
+
+
+class TestYamlConfig:
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "configured_in_yaml.sql": "select k, count(*) as n from {{ source('raw', 'src') }} "
+                                      "group by k",
+            "sources.yml": SOURCES_YML,
+            "models.yml": """
+version: 2
+models:
+  - name: configured_in_yaml
+    config:
+      materialized: incremental_view
+""",
+        }
+
+    def test_materialization_from_yaml(self, project):
+        src = create_src(project)
+        model = f"{project.test_schema}.configured_in_yaml"
+        project.run_sql(f"insert into {src} values (1, 1, 10), (2, 1, 20), (3, 2, 30)")
+        results = run_dbt(["run"])
+        response = by_name(results, "configured_in_yaml").adapter_response
+        assert (response["step"], response["plan"]) == (1, "aggregate"), response
+        project.run_sql(f"delete from {src} where id = 3")
+        results = run_dbt(["run"])
+        response = by_name(results, "configured_in_yaml").adapter_response
+        assert (response["step"], response["deleted"]) == (2, 1), response
+        assert rows(project, model) == Counter({(1, 2): 1})
+
