@@ -18,7 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import sqlglot
 from sqlglot import exp
 
-from dbt.adapters.streamsql.execution.statements import column_list, quote
+from dbt.adapters.streamsql.execution.statements import column_list, count_copies, quote
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 LATE_COLUMN = "_streamsql_column"
@@ -236,8 +236,7 @@ def quarantine_insert(late_table: str, classified_view: str, columns: Sequence[C
 
 
 def late_count(classified_view: str) -> str:
-    return (f"SELECT COALESCE(SUM(abs({WEIGHT})), 0) AS n FROM {classified_view} "
-            f"WHERE {REASON} IS NOT NULL")
+    return count_copies(classified_view, f"{REASON} IS NOT NULL")
 
 
 def waterline_insert(waterline_table: str, step: int, rules: Sequence[LatenessRule],

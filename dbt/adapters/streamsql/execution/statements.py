@@ -103,6 +103,11 @@ def change_counts(net_view: str) -> str:
     )
 
 
+def count_copies(view: str, condition: str) -> str:
+    """How many rows the weighted rows of `view` that meet `condition` stand for."""
+    return f"SELECT COALESCE(SUM(abs({WEIGHT})), 0) AS n FROM {view} WHERE {condition}"
+
+
 def count_rows(view: str) -> str:
     return f"SELECT COUNT(*) AS n FROM {view}"
 

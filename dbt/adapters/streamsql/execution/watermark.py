@@ -21,7 +21,7 @@ from dbt.adapters.streamsql.execution.lateness import (
     constant_expression,
     find_column,
 )
-from dbt.adapters.streamsql.execution.statements import column_list, quote
+from dbt.adapters.streamsql.execution.statements import column_list, count_copies, quote
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 HELD_STEP = "_streamsql_held_step"
@@ -120,8 +120,7 @@ def hold(pending_table: str, candidates_view: str, columns: Sequence[Column], co
 
 
 def held_count(pending_table: str) -> str:
-    return (f"SELECT COALESCE(SUM(abs({WEIGHT})), 0) AS n FROM {pending_table} "
-            f"WHERE {RELEASED_STEP} IS NULL")
+    return count_copies(pending_table, f"{RELEASED_STEP} IS NULL")
 
 
 def forget_attempt(pending_table: str, step: int) -> List[str]:
