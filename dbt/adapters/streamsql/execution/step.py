@@ -27,7 +27,6 @@ from dbt.adapters.streamsql.execution import watermark as wm
 from dbt.adapters.streamsql.execution.progress import StepRecord, last_record, sql_fingerprint
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import (
-    COUNT,
     GROUP_DELTA,
     GROUPS,
     STATE,
