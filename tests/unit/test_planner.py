@@ -419,6 +419,30 @@ def test_min_max_recompute_only_groups_whose_extreme_may_be_deleted():
     assert "FILTER(WHERE _streamsql_changes._streamsql_weight < 0)" in delta
 
 
+
+def test_min_max_without_deletions_combine_from_the_state_alone():
+    step = plan("select room, min(temp) as lo, max(reading) as hi, count(*) as n from demo.sensors group by room",
+                "room", "lo decimal(10,2)", "hi int", "n bigint")
+    shortcut = step.aggregate.combine_without_recompute_sql
+    assert "LEAST(s._streamsql_a0, d._streamsql_a0)" in shortcut
+    assert "GREATEST(s._streamsql_a1, d._streamsql_a1)" in shortcut
+    assert "__streamsql_new_0__" not in shortcut and "_streamsql_recomputed" not in shortcut
+    assert top_level_names(parse(shortcut)) == top_level_names(parse(step.aggregate.combine_sql))
+    check = step.aggregate.recompute_check_sql
+    assert table_names(check) == {GROUP_DELTA}
+    assert "_streamsql_a0_deleted IS NULL" in check and "_streamsql_a1_deleted IS NULL" in check
+
+
+@pytest.mark.parametrize("sql, columns", [
+    ("select room, sum(temp) as s from demo.sensors group by room", ("room", "s decimal(20,2)")),
+    ("select room, max(temp) as hi, count(distinct reading) as n from demo.sensors group by room",
+     ("room", "hi decimal(10,2)", "n bigint")),
+])
+def test_no_shortcut_when_nothing_or_everything_is_recomputed(sql, columns):
+    step = plan(sql, *columns)
+    assert step.aggregate.combine_without_recompute_sql is None
+    assert step.aggregate.recompute_check_sql is None
+
 def test_other_aggregates_recompute_changed_groups_from_new_inputs():
     step = plan(
         "select room, count(distinct reading) as n, sum(temp) filter (where reading > 0) as s from demo.sensors group by room",

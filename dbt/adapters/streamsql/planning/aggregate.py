@@ -29,6 +29,7 @@ from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.linear import DeltaBuilder, Source, Term, render_block, union_all
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
+    GROUP_ALIAS,
     GROUP_DELTA,
     GROUPS,
     STATE,
@@ -148,12 +149,15 @@ class AggregatePlanner:
         if len(tree.expressions) != len(output_columns):
             raise RecomputeRequired("the query's columns do not match the model's columns")
         query, output_sql = self._plan_select(tree, names, [c.data_type for c in output_columns])
+        top_level = is_aggregate_select(tree)
         plan = AggregatePlan(
             group_columns=tuple(group_column(k) for k in range(len(query.groups))),
             state_columns=self._state_columns(query),
             delta_sql=self._delta_sql(query).sql(DIALECT),
             combine_sql=self._combine_sql(query).sql(DIALECT),
             output_sql=output_sql.sql(DIALECT),
+            group_outputs=self._group_outputs(query) if top_level else (),
+            **self._shortcut(query),
         )
         return AggregateResult(plan=plan, reason=self._reason(query))
 
@@ -404,7 +408,45 @@ class AggregatePlanner:
             *(exp.NullSafeEQ(this=exp.column(g, table=left), expression=exp.column(g, table=right)) for g in self._group_names(query))
         )
 
-    def _combine_sql(self, query: AggregateQuery) -> exp.Select:
+    def _group_outputs(self, query: AggregateQuery) -> Tuple[Tuple[str, str], ...]:
+        """Output columns computed from the group columns alone, as SQL over the state."""
+        found = []
+        for name, expression, _ in query.outputs:
+            if contains_aggregate(expression):
+                continue
+            try:
+                value = self._on_state(expression, query)
+            except RecomputeRequired:
+                continue
+            groups = set(self._group_names(query))
+            for column in ([value] if isinstance(value, exp.Column) else []) + list(value.find_all(exp.Column)):
+                if not column.table and column.name in groups:
+                    column.set("table", exp.to_identifier(GROUP_ALIAS))
+            found.append((name, value.sql(DIALECT)))
+        return tuple(found)
+
+    def _shortcut(self, query: AggregateQuery) -> dict:
+        """The combine without the recompute join, and when it may be used.
+
+        Only MIN/MAX need the recompute, and only after a deletion; a step whose group delta
+        deletes no MIN/MAX input value (every append-only step) combines from the state alone
+        instead of scanning the inputs' history.
+        """
+        extremes = [c for c in query.calls if c.method in (MIN, MAX)]
+        if not extremes or any(c.method == RECOMPUTE for c in query.calls):
+            return {}
+        deleted = exp.or_(*(exp.Not(this=exp.Is(this=exp.column(c.deleted), expression=exp.Null()))
+                            for c in extremes))
+        check = exp.Select(
+            expressions=[exp.alias_(exp.Count(this=exp.Star()), "n")],
+            from_=exp.From(this=exp.Table(this=exp.to_identifier(GROUP_DELTA))),
+        ).where(deleted)
+        return {
+            "combine_without_recompute_sql": self._combine_sql(query, recompute=False).sql(DIALECT),
+            "recompute_check_sql": check.sql(DIALECT),
+        }
+
+    def _combine_sql(self, query: AggregateQuery, recompute: bool = True) -> exp.Select:
         d, s, r = DELTA_ALIAS, STATE_ALIAS, RECOMPUTED
         projections: List[exp.Expression] = [exp.alias_(exp.column(g, table=d), g) for g in self._group_names(query)]
         projections.append(exp.alias_(_bigint(_plus(exp.Coalesce(this=exp.column(COUNT, table=s), expressions=[exp.Literal.number(0)]), exp.column(COUNT, table=d))), COUNT))
@@ -423,8 +465,11 @@ class AggregatePlanner:
                 continue
             elif call.method in (MIN, MAX):
                 combined = (exp.Least if call.method == MIN else exp.Greatest)(this=old, expressions=[change])
-                value = exp.Case(ifs=[exp.If(this=self._needs_recompute(call), true=exp.column(call.value, table=r))], default=combined)
-                recomputed.append(call)
+                if recompute:
+                    value = exp.Case(ifs=[exp.If(this=self._needs_recompute(call), true=exp.column(call.value, table=r))], default=combined)
+                    recomputed.append(call)
+                else:
+                    value = combined
             elif call.method == RECOMPUTE:
                 value = exp.column(call.value, table=r)
                 recomputed.append(call)

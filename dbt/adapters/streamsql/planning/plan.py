@@ -50,6 +50,8 @@ STATE = "__streamsql_state__"
 GROUP_DELTA = "__streamsql_group_delta__"
 GROUPS = "__streamsql_groups__"
 TARGET = "__streamsql_target__"
+# The alias under which `AggregatePlan.group_outputs` refer to a state row's group columns.
+GROUP_ALIAS = "_streamsql_grp"
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,16 @@ class AggregatePlan:
     # (except a global aggregate without GROUP BY, which always has exactly one row). The group
     # columns let the executor tie an output change back to its group (LATENESS).
     output_sql: str
+    # `combine_sql` without recomputing MIN/MAX from the inputs, to use when
+    # `recompute_check_sql` (SELECT COUNT(*) AS n over `__streamsql_group_delta__`) returns 0, i.e.
+    # no deleted value can have been a group's MIN/MAX. None when every step must recompute.
+    combine_without_recompute_sql: Optional[str] = None
+    # (output column, SQL over the group columns of a state row aliased GROUP_ALIAS) for output
+    # columns that depend on the group alone, e.g. ("hour_start", "_streamsql_grp._streamsql_g1.start"):
+    # a LATENESS waterline on such a
+    # column tells which groups are final, so a step can skip their state.
+    group_outputs: Tuple[Tuple[str, str], ...] = ()
+    recompute_check_sql: Optional[str] = None
 
 
 @dataclass(frozen=True)
