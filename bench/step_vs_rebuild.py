@@ -19,23 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import platform
-import re
 import shutil
-import statistics
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_DIR = BENCH_DIR.parent
+from benchlib import (BENCH_DIR, Dbt, fmt, machine_info, median, scalar, start_session,
+                      statement_label, statement_shape)
+
 SOURCE_SCHEMA = "bench_src"
 TARGET_SCHEMA = "bench"
 DEVICES = 100
@@ -116,151 +111,6 @@ def create_source(spark: Any, rows: int, seed: int) -> None:
 
 def append_rows(spark: Any, start: int, count: int, seed: int) -> None:
     spark.sql(f"INSERT INTO {SOURCE_SCHEMA}.events {events_select(start, start + count, 1, seed)}")
-
-
-# -- running dbt in-process ---------------------------------------------------------------------
-
-@dataclass
-class Statement:
-    sql: str
-    started: float
-    status_seconds: Optional[float] = None
-    span: Optional[float] = None  # from this statement's start to the next one's (or node end)
-
-
-@dataclass
-class NodeRun:
-    name: str
-    status: str
-    execution_time: float
-    adapter: Dict[str, Any]
-    statements: List[Statement] = field(default_factory=list)
-    cpu_s: Optional[float] = None  # CPU time of this process and the JVM while the node ran
-
-
-class ProcessCpu:
-    """CPU seconds (user + system) used so far by this process and its descendants (the JVM).
-
-    Wall times depend on what else the machine runs; CPU time much less so.
-    """
-
-    def __init__(self) -> None:
-        self.tick = os.sysconf("SC_CLK_TCK")
-        self.pids = self._descendants(os.getpid())
-
-    @staticmethod
-    def _stat(pid: int) -> List[str]:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        return text[text.rindex(")") + 2:].split()  # fields after "pid (comm)"
-
-    def _descendants(self, root: int) -> List[int]:
-        parents: Dict[int, int] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    parents[int(entry.name)] = int(self._stat(int(entry.name))[1])
-                except (OSError, ValueError, IndexError):
-                    pass
-        found, frontier = [root], [root]
-        while frontier:
-            frontier = [pid for pid, parent in parents.items() if parent in frontier]
-            found += frontier
-        return found
-
-    def seconds(self) -> float:
-        total = 0
-        for pid in self.pids:
-            try:
-                fields = self._stat(pid)
-            except OSError:
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / self.tick
-
-
-class Dbt:
-    """dbt in this process; collects each node's SQL statements from dbt's events."""
-
-    def __init__(self, work: Path) -> None:
-        from dbt.cli.main import dbtRunner
-
-        self.work = work
-        self.cpu = ProcessCpu()
-        self._events: List[Tuple[float, str, str, Any]] = []
-        self._cpu_at: Dict[Tuple[str, str], float] = {}
-        self.runner = dbtRunner(callbacks=[self._on_event])
-
-    def _on_event(self, msg: Any) -> None:
-        name = msg.info.name
-        if name in ("SQLQuery", "SQLQueryStatus", "NodeStart", "NodeFinished"):
-            node = getattr(getattr(msg.data, "node_info", None), "unique_id", "") or ""
-            self._events.append((time.monotonic(), name, node.split(".")[-1], msg.data))
-            if name in ("NodeStart", "NodeFinished"):
-                self._cpu_at[(name, node.split(".")[-1])] = self.cpu.seconds()
-
-    def run(self, select: Sequence[str], extra: Sequence[str] = ()) -> Tuple[float, Dict[str, NodeRun]]:
-        self._events = []
-        self._cpu_at = {}
-        args = ["run", "--select", *select, *extra, "--project-dir", str(self.work),
-                "--profiles-dir", str(self.work), "--quiet", "--log-file-max-bytes", "0"]
-        started = time.monotonic()
-        result = self.runner.invoke(args)
-        wall = time.monotonic() - started
-        if not result.success:
-            raise RuntimeError(f"dbt {' '.join(args)} failed: {result.exception or result.result}")
-        nodes: Dict[str, NodeRun] = {}
-        for item in result.result.results:
-            nodes[item.node.name] = NodeRun(item.node.name, str(item.status),
-                                            float(item.execution_time),
-                                            dict(item.adapter_response or {}))
-            start = self._cpu_at.get(("NodeStart", item.node.name))
-            end = self._cpu_at.get(("NodeFinished", item.node.name))
-            if start is not None and end is not None:
-                nodes[item.node.name].cpu_s = end - start
-        self._attach_statements(nodes)
-        return wall, nodes
-
-    def _attach_statements(self, nodes: Dict[str, NodeRun]) -> None:
-        current: Dict[str, Statement] = {}
-        for at, name, node, data in self._events:
-            if node not in nodes:
-                continue
-            previous = current.get(node)
-            if name in ("SQLQuery", "NodeFinished") and previous is not None and previous.span is None:
-                previous.span = at - previous.started
-            if name == "SQLQuery":
-                statement = Statement(clean_sql(data.sql), at)
-                nodes[node].statements.append(statement)
-                current[node] = statement
-            elif name == "SQLQueryStatus" and previous is not None:
-                previous.status_seconds = float(data.elapsed)
-
-
-def clean_sql(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)  # dbt's query comment
-    text = re.sub(r"_streamsql_[A-Za-z0-9_]*?_[0-9a-f]{8}_", "$", text)  # step-local view names
-    text = re.sub(r"(userMetadata=).*", r"\1<step record>", text, flags=re.S)
-    text = re.sub(r"(txnAppId=)\S+", r"\1<id>", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def statement_shape(sql_text: str) -> str:
-    """What stays the same from step to step (numbers, ids and the step record vary)."""
-    return re.sub(r"\d+", "N", sql_text)
-
-
-def statement_label(sql_text: str, width: int = 110) -> str:
-    return sql_text if len(sql_text) <= width else sql_text[: width - 3] + "..."
-
-
-# -- measuring ----------------------------------------------------------------------------------
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def scalar(spark: Any, query: str) -> Any:
-    return spark.sql(query).collect()[0][0]
 
 
 WRITE_METRICS = ("numTargetFilesRemoved", "numTargetFilesAdded", "numTargetRowsCopied",
@@ -414,51 +264,7 @@ def statement_breakdown(out: Dict[str, Any], view: str) -> List[Tuple[str, float
     return rows
 
 
-# -- machine and versions -----------------------------------------------------------------------
-
-def machine_info(spark: Any, args: argparse.Namespace) -> Dict[str, Any]:
-    from importlib.metadata import version
-
-    memory = ""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-    except OSError:
-        pass
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
-    git = lambda *a: subprocess.run(["git", *a], cwd=REPO_DIR, capture_output=True,  # noqa: E731
-                                    text=True).stdout.strip()
-    conf = spark.sparkContext.getConf()
-    return {
-        "cores": os.cpu_count(), "cpu": cpu, "memory": memory,
-        "os": platform.platform(), "python": platform.python_version(),
-        "java": java[0] if java else "?",
-        "pyspark": version("pyspark"), "delta-spark": version("delta-spark"),
-        "dbt-core": version("dbt-core"), "dbt-spark": version("dbt-spark"),
-        "dbt-streamsql": version("dbt-streamsql"),
-        "spark.master": conf.get("spark.master"),
-        "spark.driver.memory": conf.get("spark.driver.memory"),
-        "spark.sql.shuffle.partitions": spark.conf.get("spark.sql.shuffle.partitions"),
-        "git_head": git("rev-parse", "--short", "HEAD"),
-        "git_dirty": git("status", "--short", "--untracked-files=no", "--", "dbt"),
-        "load_average_at_start": os.getloadavg(),
-    }
-
-
 # -- report -------------------------------------------------------------------------------------
-
-def fmt(seconds: float) -> str:
-    return f"{seconds:.2f}"
-
 
 def write_report(results: Dict[str, Any], path: Path) -> None:
     info, sizes = results["machine"], results["sizes"]
@@ -691,16 +497,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.chdir(work)  # derby.log and spark-warehouse strays land here, not in the repo
 
     target = write_project(work, args.driver_memory)
-    from dbt.adapters.streamsql.session import SessionSettings, get_spark_session
-
-    # The adapter's own process-wide session, with the profile's settings: dbt reuses it.
-    spark = get_spark_session(SessionSettings(
-        warehouse_dir=target["warehouse_dir"], master=target["master"],
-        server_side_parameters=dict(target["server_side_parameters"]), lock_timeout=600))
-    # PySpark logs every SQL error with its JVM stack; the adapter expects some (table exists?).
-    from pyspark.logger import PySparkLogger
-
-    PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    spark = start_session(target)  # the adapter's own session: dbt reuses it
     dbt = Dbt(work)
     results: Dict[str, Any] = {
         "command": "python bench/step_vs_rebuild.py " + " ".join(
