@@ -30,6 +30,11 @@ TOTALS = """
 select k, count(*) as n, sum(v) as total from {{ source('raw', 'src') }} group by k
 """
 
+EVERYTHING = """
+{{ config(materialized='incremental_view') }}
+select count(*) as n, max(v) as top from {{ source('raw', 'src') }}
+"""
+
 
 def rows(project, relation: str, columns: str = "*") -> Counter:
     return Counter(tuple(r) for r in project.run_sql(f"select {columns} from {relation}",
@@ -55,7 +60,8 @@ def create_src(project) -> str:
 class TestStepReport:
     @pytest.fixture(scope="class")
     def models(self):
-        return {"positive.sql": POSITIVE, "totals.sql": TOTALS, "sources.yml": SOURCES_YML}
+        return {"positive.sql": POSITIVE, "totals.sql": TOTALS, "everything.sql": EVERYTHING,
+                "sources.yml": SOURCES_YML}
 
     def test_numbers_of_a_known_change_then_a_skipped_step(self, project):
         src = create_src(project)
@@ -69,6 +75,10 @@ class TestStepReport:
         totals = by_name(results, "totals").adapter_response
         assert totals["plan"] == "aggregate", totals
         assert (totals["step"], totals["inserted"], totals["deleted"]) == (1, 2, 0)
+        # a global aggregate's first step inserts its one row and deletes nothing
+        everything = by_name(results, "everything").adapter_response
+        assert (everything["inserted"], everything["deleted"]) == (1, 0), everything
+        assert rows(project, f"{project.test_schema}.everything") == Counter({(3, 20): 1})
 
         # an update (pre- and post-image) and a delete: 3 changes read
         project.run_sql(f"update {src} set v = 11 where id = 1")
@@ -90,9 +100,9 @@ class TestStepReport:
         # no input change: the step is skipped and the model's table is not touched
         before = {name: (latest_version(project, f"{project.test_schema}.{name}"),
                          rows(project, f"{project.test_schema}.{name}"))
-                  for name in ("positive", "totals")}
+                  for name in ("positive", "totals", "everything")}
         results, log = run_dbt_and_capture(["run"])
-        for name in ("positive", "totals"):
+        for name in ("positive", "totals", "everything"):
             response = by_name(results, name).adapter_response
             assert response["step"] == 2, response
             assert (response["changes_read"], response["applied"]) == (0, 0), response

@@ -85,3 +85,20 @@ def test_step_record_round_trips_and_history_stops_at_recreation():
 def test_subtraction_must_stay_in_the_column_type_family(column_type, difference_type, ok):
     rule = late.LatenessRule(Column("c", column_type), "1")
     assert (late.subtraction_error(rule, difference_type) is None) is ok
+
+
+def test_final_groups_are_those_below_the_waterline_of_a_column_the_group_decides():
+    rule = late.LatenessRule(Column("hour_start", "timestamp"), "INTERVAL 1 HOUR")
+    outputs = (("card", "_streamsql_grp._streamsql_g0"),
+               ("hour_start", "_streamsql_grp._streamsql_g1.start"))
+    found = late.final_group_columns([rule], {"hour_start": "2024-01-01 10:00:00"}, outputs)
+    assert found == [(rule, "_streamsql_grp._streamsql_g1.start", "2024-01-01 10:00:00")]
+    # no waterline yet, or a lateness column that is not decided by the group: nothing to skip
+    assert late.final_group_columns([rule], {"hour_start": None}, outputs) == []
+    assert late.final_group_columns([rule], {"hour_start": "2024-01-01 10:00:00"},
+                                    outputs[:1]) == []
+    start = "_streamsql_grp._streamsql_g1.start"
+    assert late.open_groups(rule, start, "2024-01-01 10:00:00") == (
+        f"(({start}) >= CAST('2024-01-01 10:00:00' AS timestamp) OR ({start}) IS NULL)")
+    assert late.open_groups(rule, start, "2024-01-01 10:00:00", ["2024-01-01 07:00:00"]).endswith(
+        f" OR ({start}) IN (CAST('2024-01-01 07:00:00' AS timestamp)))")

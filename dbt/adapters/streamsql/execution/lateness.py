@@ -13,7 +13,7 @@ Everything here builds SQL; `step.py` runs it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import sqlglot
 from sqlglot import exp
@@ -188,6 +188,38 @@ def target_bounds(rules: Sequence[LatenessRule],
         f"t.{quote(rule.column.name)} >= {rule.literal(waterline[rule.column.name])}"
         for rule in rules if waterline.get(rule.column.name) is not None
     ]
+
+
+def final_group_columns(rules: Sequence[LatenessRule], waterline: Mapping[str, Optional[str]],
+                        group_outputs: Sequence[Tuple[str, str]]
+                        ) -> List[Tuple[LatenessRule, str, str]]:
+    """(rule, expression, previous waterline) for lateness columns an aggregate's group decides.
+
+    Where a lateness column is computed from the group alone (a window start, a truncated hour;
+    `expression` is over a state row aliased GROUP_ALIAS), a group whose value is below the
+    previous waterline is final: any change to its row is late.
+    """
+    by_name = {name.lower(): expression for name, expression in group_outputs}
+    found = []
+    for rule in rules:
+        expression = by_name.get(rule.column.name.lower())
+        value = waterline.get(rule.column.name)
+        if expression and value is not None:
+            found.append((rule, expression, value))
+    return found
+
+
+def open_groups(rule: LatenessRule, expression: str, waterline: str,
+                also: Sequence[str] = ()) -> str:
+    """A predicate over a state row: its group is not final, or its value is one of `also`.
+
+    Groups with NULL there are kept: few, and any change to them is late anyway. Every part is
+    a comparison of a column with constants, so Delta can skip files by their statistics.
+    """
+    parts = [f"({expression}) >= {rule.literal(waterline)}", f"({expression}) IS NULL"]
+    if also:
+        parts.append(f"({expression}) IN ({', '.join(rule.literal(v) for v in also)})")
+    return "(" + " OR ".join(parts) + ")"
 
 
 def on_time(classified_view: str, columns: Sequence[Column]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from dbt.adapters.streamsql.planning.plan import COUNT, WEIGHT, Column
+from dbt.adapters.streamsql.planning.plan import COUNT, GROUP_ALIAS, WEIGHT, Column
 
 ACTION = "_streamsql_action"
 EXISTING = "_streamsql_existing"
@@ -78,10 +78,6 @@ def temp_view(name: str, select: str) -> str:
 def cached_view(name: str, select: str) -> str:
     """Computed once, used several times in the step (eager)."""
     return f"CACHE TABLE {name} AS {select}"
-
-
-def uncache(name: str) -> str:
-    return f"UNCACHE TABLE IF EXISTS {name}"
 
 
 # -- the model's change ---------------------------------------------------------------------------
@@ -179,15 +175,22 @@ def output_change(output_new: str, output_old: str, columns: Sequence[Column]) -
 
 
 def merge_state(state: str, new_groups: str, group_columns: Sequence[Column],
-                state_columns: Sequence[Column]) -> str:
+                state_columns: Sequence[Column], state_bounds: Sequence[str] = ()) -> str:
+    """Write the new state of the changed groups.
+
+    `state_bounds` are predicates over the state (alias `GROUP_ALIAS`) that every changed group
+    meets (see `lateness.final_group_bounds`); Delta skips the files of final groups that fail them.
+    """
     cols = column_list(state_columns)
+    bounds = "".join(f" AND {re.sub(rf'(?<![A-Za-z0-9_]){GROUP_ALIAS}[.]', 'st.', bound)}"
+                     for bound in state_bounds)
     updates = ", ".join(
         f"{quote(c.name)} = n.{quote(c.name)}" for c in state_columns if c not in group_columns
     )
     update_clause = f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else ""
     return (
         f"MERGE INTO {state} AS st USING {new_groups} AS n "
-        f"ON {null_safe_match(group_columns, 'st', 'n')} "
+        f"ON {null_safe_match(group_columns, 'st', 'n')}{bounds} "
         f"WHEN MATCHED AND n.{COUNT} <= 0 THEN DELETE "
         f"{update_clause}"
         f"WHEN NOT MATCHED AND n.{COUNT} > 0 THEN INSERT ({cols}) "
@@ -198,7 +201,10 @@ def merge_state(state: str, new_groups: str, group_columns: Sequence[Column],
 # -- tables ---------------------------------------------------------------------------------------
 
 def table_properties(extra: Optional[Mapping[str, str]] = None) -> str:
-    properties: Dict[str, str] = {"delta.enableChangeDataFeed": "true"}
+    # Deletion vectors let a MERGE mark the rows it replaces instead of rewriting every file that
+    # holds one: a step's write then costs what its change costs, not what the table holds.
+    properties: Dict[str, str] = {"delta.enableChangeDataFeed": "true",
+                                  "delta.enableDeletionVectors": "true"}
     properties.update({str(k): str(v) for k, v in (extra or {}).items()})
     return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
 

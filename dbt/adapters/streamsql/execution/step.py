@@ -27,6 +27,7 @@ from dbt.adapters.streamsql.execution import watermark as wm
 from dbt.adapters.streamsql.execution.progress import StepRecord, last_record, sql_fingerprint
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import (
+    GROUP_ALIAS,
     GROUP_DELTA,
     GROUPS,
     STATE,
@@ -45,6 +46,10 @@ FAULT_INJECTION_ENV = "STREAMSQL_TEST_FAIL_AT"
 NOT_DELTA_MARKERS = ("DELTA_MISSING_DELTA_TABLE", "DELTA_ONLY_OPERATION", "not a Delta table",
                      "only supported for Delta tables")
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+HISTORY_PAGE = 50  # commits of the model's history read to find its last step record
+# Late changes touching final groups of at most this many lateness values (say, old windows)
+# still let a step skip the state of the other final groups.
+MAX_FINAL_GROUP_VALUES = 100
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
@@ -171,6 +176,7 @@ class StepRunner:
         self.view_prefix = f"_streamsql_{token}_{self.run_id[:8]}"
         self._views: List[str] = []
         self._cached: List[str] = []
+        self._target_version: Optional[int] = None  # the model table's version when the step began
 
     # -- entry point ------------------------------------------------------------------------------
 
@@ -208,14 +214,19 @@ class StepRunner:
 
         # Everything a step reads is pinned to a version: Spark re-computes cached views when a
         # table under them changes, and this step itself changes the state and target tables.
+        writes: List[Callable[[], None]] = []
         if plan.strategy == "aggregate":
-            net = self._aggregate_change(plan, views, previous, record)
+            net = self._aggregate_change(plan, views, rules, previous, record, writes)
         else:
-            views[TARGET] = self._view("target", sql.input_as_of(
-                self.model.target, self._latest_version(self.model.target)))
-            change = self._cache("change", sql.bind_placeholders(plan.change_sql or "", views))
+            target_version = self._target_version
+            if target_version is None:
+                target_version = self._latest_version(self.model.target)
+            views[TARGET] = self._view("target", sql.input_as_of(self.model.target,
+                                                                 target_version))
+            # Used once, by `net`: a plain view, so Spark plans both as one query.
+            change = self._view("change", sql.bind_placeholders(plan.change_sql or "", views))
             net = self._cache("net", sql.consolidate(change, plan.output_columns))
-        return self._finish(net, plan.output_columns, rules, previous, record, result)
+        return self._finish(net, plan.output_columns, rules, previous, record, result, writes)
 
     def flush(self) -> StepResult:
         """Release every held change (`streamsql_flush`): a step that reads no input."""
@@ -224,7 +235,7 @@ class StepRunner:
             columns = [Column(r["col_name"], r["data_type"])
                        for r in self._describe_rows(f"DESCRIBE TABLE {self.model.target}")]
             rules = self._event_time_rules(columns)
-            previous = last_record(self.session.query(f"DESCRIBE HISTORY {self.model.target}"))
+            previous = self._last_record()
             if previous is None:
                 raise StepError(f"Model {self.model.name} has not run as an incremental_view "
                                 "yet: nothing is held.")
@@ -235,7 +246,7 @@ class StepRunner:
                                 "release every held change")
             empty = self._view("nothing", f"SELECT {sql.column_list(columns)}, CAST(0 AS BIGINT) "
                                           f"AS {WEIGHT} FROM {self.model.target} WHERE false")
-            result = self._finish(empty, columns, rules, previous, record, result,
+            result = self._finish(empty, columns, rules, previous, record, result, [],
                                   release_all=True)
         finally:
             self._drop_views()
@@ -244,13 +255,19 @@ class StepRunner:
 
     def _finish(self, net: str, columns: Sequence[Column], rules: "EventTimeRules",
                 previous: StepRecord, record: StepRecord, result: StepResult,
-                release_all: bool = False) -> StepResult:
-        """WATERMARK, then LATENESS, then the model's commit: the end of every step."""
+                writes: List[Callable[[], None]], release_all: bool = False) -> StepResult:
+        """WATERMARK, then LATENESS, then the model's commit: the end of every step.
+
+        Everything is computed (into cached views) before anything is written, so a step refused
+        here (append_only) leaves no trace; `writes` then run in order: the aggregate state, held
+        rows, the quarantine and waterline, and last the model's own commit.
+        """
         if rules.watermark:
             net = self._apply_watermark(net, columns, rules.watermark, previous, record, result,
-                                        release_all)
+                                        release_all, writes)
         if rules.lateness:
-            net = self._apply_lateness(net, columns, rules.lateness, previous, record, result)
+            net = self._apply_lateness(net, columns, rules.lateness, previous, record, result,
+                                       writes)
         counts = self.session.query(sql.change_counts(net))[0]
         result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
         if self.model.append_only and result.deleted:
@@ -260,6 +277,8 @@ class StepRunner:
                 "Remove `append_only` from the model's config if its result can shrink, or find "
                 "the input update/delete that caused this."
             )
+        for write in writes:
+            write()
         self._checkpoint("before_commit")
         bounds = late.target_bounds(rules.lateness, previous.waterline)
         self._commit(net, columns, result, record, bounds)
@@ -348,8 +367,9 @@ class StepRunner:
         model = self.model
         previous: Optional[StepRecord] = None
         exists = self._target_exists()
+        self._target_version = None
         if exists and not model.full_refresh:
-            previous = last_record(self.session.query(f"DESCRIBE HISTORY {model.target}"))
+            previous = self._last_record()
             if previous is None:
                 raise StepError(
                     f"Model {model.name}: the table {model.target_name} exists but was not built "
@@ -377,6 +397,17 @@ class StepRunner:
             model.target, output_columns, model.tblproperties, model.partition_by,
             model.cluster_by, model.location)), idempotent=False)
         return record
+
+    def _last_record(self) -> Optional[StepRecord]:
+        """The model's last step record, reading only as much history as needed."""
+        target = self.model.target
+        history = self.session.query(f"DESCRIBE HISTORY {target} LIMIT {HISTORY_PAGE}")
+        if history:
+            self._target_version = int(history[0]["version"])
+        previous = last_record(history)
+        if previous is None and len(history) >= HISTORY_PAGE:  # many commits by others since
+            previous = last_record(self.session.query(f"DESCRIBE HISTORY {target}"))
+        return previous
 
     def _create_event_time_tables(self, output_columns: Sequence[Column],
                                   rules: "EventTimeRules", replace: bool) -> None:
@@ -432,31 +463,73 @@ class StepRunner:
 
     # -- aggregates -------------------------------------------------------------------------------
 
-    def _aggregate_change(self, plan: StepPlan, views: Dict[str, str], previous: StepRecord,
-                          record: StepRecord) -> str:
+    def _aggregate_change(self, plan: StepPlan, views: Dict[str, str], rules: "EventTimeRules",
+                          previous: StepRecord, record: StepRecord,
+                          writes: List[Callable[[], None]]) -> str:
         aggregate = plan.aggregate
         assert aggregate is not None
         group_columns = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
         assert previous.state_version is not None
-        views[STATE] = self._view("state", sql.input_as_of(self.model.state_table,
-                                                           previous.state_version))
         views[GROUP_DELTA] = self._cache("group_delta",
                                          sql.bind_placeholders(aggregate.delta_sql, views))
-        new_groups = self._cache("groups_new", sql.bind_placeholders(aggregate.combine_sql, views))
-        old_groups = self._cache("groups_old", sql.previous_groups(
+        state = sql.input_as_of(self.model.state_table, previous.state_version)
+        bounds = self._state_bounds(aggregate, views[GROUP_DELTA], rules, previous)
+        if bounds:
+            state = (f"SELECT * FROM ({state}) AS {GROUP_ALIAS} "
+                     f"WHERE {' AND '.join(bounds)}")
+        views[STATE] = self._view("state", state)
+        combine = aggregate.combine_sql
+        if aggregate.recompute_check_sql and aggregate.combine_without_recompute_sql:
+            check = sql.bind_placeholders(aggregate.recompute_check_sql, views)
+            if int(self.session.query(check)[0]["n"]) == 0:
+                # No deleted value can have been a MIN/MAX: skip re-reading the inputs' history.
+                combine = aggregate.combine_without_recompute_sql
+        new_groups = self._cache("groups_new", sql.bind_placeholders(combine, views))
+        # Read once each, by `net`: plain views, planned together with it.
+        old_groups = self._view("groups_old", sql.previous_groups(
             views[STATE], views[GROUP_DELTA], group_columns))
         output_new = sql.bind_placeholders(aggregate.output_sql, {**views, GROUPS: new_groups})
         output_old = sql.bind_placeholders(aggregate.output_sql, {**views, GROUPS: old_groups})
-        change = self._cache("change", sql.output_change(output_new, output_old,
-                                                         plan.output_columns))
+        if previous.step == 0:
+            # The table starts empty, even where the query's old output is not (a global
+            # aggregate has one row over no input): there is nothing to delete.
+            output_old = f"SELECT * FROM ({output_old}) WHERE false"
+        change = self._view("change", sql.output_change(output_new, output_old,
+                                                        plan.output_columns))
         net = self._cache("net", sql.consolidate(change, plan.output_columns))
-        self._checkpoint("before_state")
-        self._with_record(record, lambda: self.session.run(sql.merge_state(
-            self.model.state_table, new_groups, group_columns, aggregate.state_columns)),
-            idempotent=False)
-        record.state_version = self._latest_version(self.model.state_table)
-        self._checkpoint("after_state")
+
+        def write_state() -> None:
+            self._checkpoint("before_state")
+            self._with_record(record, lambda: self.session.run(sql.merge_state(
+                self.model.state_table, new_groups, group_columns, aggregate.state_columns,
+                bounds)), idempotent=False)
+            record.state_version = self._latest_version(self.model.state_table)
+            self._checkpoint("after_state")
+
+        writes.append(write_state)
         return net
+
+    def _state_bounds(self, aggregate: Any, group_delta: str, rules: "EventTimeRules",
+                      previous: StepRecord) -> List[str]:
+        """Predicates that leave out the state of final groups this step does not touch.
+
+        A group whose LATENESS column (a window start, a truncated hour) is below the previous
+        waterline is final: any change to it is late. The step reads and merges the state of the
+        other groups, plus that of the few final groups its late changes touch (needed to
+        describe the quarantined change), named by value so that Delta can still skip files.
+        """
+        bounds = []
+        for rule, expression, waterline in late.final_group_columns(
+                rules.lateness, previous.waterline, aggregate.group_outputs):
+            touched = self.session.query(
+                f"SELECT DISTINCT CAST({expression} AS STRING) AS v FROM {group_delta} AS "
+                f"{GROUP_ALIAS} WHERE NOT {late.open_groups(rule, expression, waterline)} "
+                f"LIMIT {MAX_FINAL_GROUP_VALUES + 1}")
+            if len(touched) > MAX_FINAL_GROUP_VALUES:
+                return []  # late changes all over history: read the whole state
+            bounds.append(late.open_groups(rule, expression, waterline,
+                                           [row["v"] for row in touched]))
+        return bounds
 
     # -- lateness ---------------------------------------------------------------------------------
 
@@ -496,7 +569,8 @@ class StepRunner:
 
     def _apply_watermark(self, net: str, columns: Sequence[Column],
                          rules: Sequence[wm.WatermarkRule], previous: StepRecord,
-                         record: StepRecord, result: StepResult, release_all: bool) -> str:
+                         record: StepRecord, result: StepResult, release_all: bool,
+                         writes: List[Callable[[], None]]) -> str:
         """Hold back changes the watermark does not allow yet; release those it now allows."""
         pending, step = self.model.pending_table, record.step
         for statement in wm.forget_attempt(pending, step):
@@ -510,15 +584,20 @@ class StepRunner:
         candidates = self._cache("candidates", wm.candidates(net, held_before, columns, step))
         released = self._cache("released", sql.consolidate(
             f"({wm.released(candidates, columns, condition)})", columns))
-        self._checkpoint("before_hold")
-        self.session.run(wm.mark_released(pending, condition, step))
-        self.session.run(wm.hold(pending, candidates, columns, condition, step))
-        result.held = int(self.session.query(wm.held_count(pending))[0]["n"])
+
+        def write_held() -> None:
+            self._checkpoint("before_hold")
+            self.session.run(wm.mark_released(pending, condition, step))
+            self.session.run(wm.hold(pending, candidates, columns, condition, step))
+            result.held = int(self.session.query(wm.held_count(pending))[0]["n"])
+
+        writes.append(write_held)
         return released
 
     def _apply_lateness(self, net: str, columns: Sequence[Column],
                         rules: Sequence[late.LatenessRule], previous: StepRecord,
-                        record: StepRecord, result: StepResult) -> str:
+                        record: StepRecord, result: StepResult,
+                        writes: List[Callable[[], None]]) -> str:
         """Quarantine late changes, log the waterline, and return the changes to apply."""
         classified = self._cache("classified", late.classify(net, columns, rules,
                                                              previous.waterline))
@@ -528,16 +607,21 @@ class StepRunner:
         for i, rule in enumerate(rules):
             record.waterline[rule.column.name] = row[f"w_{i}"]
             record.max_seen[rule.column.name] = row[f"m_{i}"]
-        self._checkpoint("before_quarantine")
         step = record.step
-        self.session.run(late.forget_attempt(self.model.late_table, "_streamsql_step", step))
-        self.session.run(late.forget_attempt(self.model.waterline_table, "step", step))
-        if result.late:
-            self.session.run(late.quarantine_insert(self.model.late_table, classified, columns,
-                                                    step, previous.waterline))
-        self.session.run(late.waterline_insert(self.model.waterline_table, step, rules,
-                                               record.waterline, record.max_seen))
-        return self._cache("on_time", late.on_time(classified, columns))
+
+        def write_quarantine() -> None:
+            self._checkpoint("before_quarantine")
+            self.session.run(late.forget_attempt(self.model.late_table, "_streamsql_step", step))
+            self.session.run(late.forget_attempt(self.model.waterline_table, "step", step))
+            if result.late:
+                self.session.run(late.quarantine_insert(self.model.late_table, classified,
+                                                        columns, step, previous.waterline))
+            self.session.run(late.waterline_insert(self.model.waterline_table, step, rules,
+                                                   record.waterline, record.max_seen))
+
+        writes.append(write_quarantine)
+        # A plain view over the cached `classified`: counted and applied, never recomputed far.
+        return self._view("on_time", late.on_time(classified, columns))
 
     # -- commit -----------------------------------------------------------------------------------
 
@@ -587,9 +671,9 @@ class StepRunner:
         return name
 
     def _drop_views(self) -> None:
+        # Dropping a cached temporary view also frees its cached data.
         for name in reversed(self._cached):
             try:
-                self.session.run(sql.uncache(name))
                 self.session.run(f"DROP VIEW IF EXISTS {name}")
             except Exception:  # cleanup must not hide the step's own error
                 pass
