@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the demo: the sample project on the embedded Spark.
+# Set up (if needed) and run the demo: the sample project on the embedded Spark, step by step.
+# Extra arguments go to scripts/demo.py (e.g. --steps 10 --rate 500; --help lists them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cd sample_project
 export DBT_SEND_ANONYMOUS_USAGE_STATS=false
-../.venv/bin/dbt build --profiles-dir .
+exec .venv/bin/python scripts/demo.py "$@"
