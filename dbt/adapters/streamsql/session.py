@@ -134,7 +134,9 @@ def get_spark_session(settings: SessionSettings) -> Any:
             return _session
         _check_java()
         os.makedirs(settings.warehouse_dir, exist_ok=True)
-        if settings.uses_embedded_metastore and settings.master.startswith("local"):
+        if settings.uses_embedded_metastore:
+            # Derby runs in the driver (this process) whatever the master: on a cluster too,
+            # a second driver on the same warehouse would find the metastore taken.
             _lock_warehouse(settings)
         try:
             _session = _start_session(settings)
