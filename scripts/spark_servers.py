@@ -213,11 +213,11 @@ class StandaloneCluster:
         self.stop()
 
 
-def resolve_jars(packages: str, ivy_settings: Optional[str]) -> List[str]:
+def resolve_jars(packages: str, ivy_settings: Optional[str], log: Path) -> List[str]:
     """The local paths of Maven `packages` and their dependencies, resolved as spark-submit does.
 
     Runs Spark's own resolver (Ivy, with the embedded session's ivysettings.xml) in a short-lived
-    JVM that starts no SparkContext; the jars land in Ivy's cache (~/.ivy2.5.2/jars).
+    JVM that starts no SparkContext, its output in `log`; the jars land in Ivy's cache.
     """
     from pyspark import SparkConf
     from pyspark.java_gateway import launch_gateway
@@ -225,10 +225,14 @@ def resolve_jars(packages: str, ivy_settings: Optional[str]) -> List[str]:
     conf = SparkConf(loadDefaults=False).set("spark.jars.packages", packages)
     if ivy_settings:
         conf.set("spark.jars.ivySettings", ivy_settings)
-    try:
-        gateway = launch_gateway(conf)
-    except Exception as exc:
-        raise ServerError(f"Could not resolve {packages} from Maven Central (Ivy): {exc}") from exc
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as output:
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": output,
+                                                         "stderr": subprocess.STDOUT})
+        except Exception as exc:
+            raise ServerError(f"Could not resolve {packages} (Ivy, Maven Central): {exc}\n"
+                              f"Last lines of {log}:\n{tail(log)}") from exc
     try:
         jars = gateway.jvm.System.getProperty("spark.jars") or ""
     finally:
@@ -296,6 +300,10 @@ class ThriftServer:
         self.conf = thrift_server_conf(self.warehouse_dir, {**defaults, **(conf or {})})
         self.process: Optional[SparkProcess] = None
 
+    @property
+    def log(self) -> Path:
+        return self.root / "logs" / "thrift-server.log"
+
     def command(self) -> List[str]:
         """The spark-submit command line.
 
@@ -308,7 +316,7 @@ class ThriftServer:
         packages = conf.pop("spark.jars.packages", None)
         ivy_settings = conf.pop("spark.jars.ivySettings", None)
         if packages:
-            conf["spark.jars"] = ",".join(resolve_jars(packages, ivy_settings))
+            conf["spark.jars"] = ",".join(resolve_jars(packages, ivy_settings, self.log))
         jars = [jar for jar in conf.get("spark.jars", "").split(",") if jar]
         command = [str(spark_home() / "bin" / "spark-submit"), "--master", self.master,
                    "--class", THRIFT_SERVER_CLASS, "--name", conf.pop("spark.app.name"),
@@ -328,8 +336,7 @@ class ThriftServer:
 
     def start(self, timeout: float = 300) -> "ThriftServer":
         self.warehouse_dir.mkdir(parents=True, exist_ok=True)
-        self.process = SparkProcess("Spark Thrift Server", self.command(),
-                                    self.root / "logs" / "thrift-server.log",
+        self.process = SparkProcess("Spark Thrift Server", self.command(), self.log,
                                     server_env(self.root / "logs"))
         self.process.start()
         wait_until(lambda: port_open(self.port), self.process, timeout,
