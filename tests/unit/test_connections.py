@@ -1,0 +1,79 @@
+"""Thrift connections without a server: session settings and statement polling."""
+
+import pytest
+from TCLIService.ttypes import TOperationState
+
+from dbt.adapters.streamsql import connections
+from dbt.adapters.streamsql.connections import (
+    ThriftConnectionWrapper,
+    thrift_session_configuration,
+)
+from dbt_common.exceptions import DbtDatabaseError
+
+
+def test_server_side_parameters_become_hiveconf_session_settings():
+    assert thrift_session_configuration({
+        "spark.sql.shuffle.partitions": 1,
+        "set:hivevar:day": "2024-01-01",
+        "use:database": "demo",
+    }) == {
+        "set:hiveconf:spark.sql.shuffle.partitions": "1",
+        "set:hivevar:day": "2024-01-01",
+        "use:database": "demo",
+    }
+
+
+class Status:
+    def __init__(self, state, error=None):
+        self.operationState = state
+        self.errorMessage = error
+
+
+class FakeCursor:
+    """Reports a statement as running `polls_running` times, then as `final`."""
+
+    def __init__(self, polls_running, final=TOperationState.FINISHED_STATE, error=None):
+        self.polls_running = polls_running
+        self.final = Status(final, error)
+        self.executed = []
+
+    def execute(self, sql, bindings, async_):
+        self.executed.append((sql, bindings, async_))
+
+    def poll(self):
+        if self.polls_running:
+            self.polls_running -= 1
+            return Status(TOperationState.RUNNING_STATE)
+        return self.final
+
+
+def wrapper_with(cursor, poll_interval=5):
+    wrapper = ThriftConnectionWrapper(handle=None, poll_interval=poll_interval)
+    wrapper._cursor = cursor
+    return wrapper
+
+
+def test_polls_soon_then_backs_off_up_to_poll_interval(monkeypatch):
+    slept = []
+    monkeypatch.setattr(connections.time, "sleep", slept.append)
+    cursor = FakeCursor(polls_running=12)
+    wrapper_with(cursor, poll_interval=1).execute("SELECT 1;")
+    assert cursor.executed == [("SELECT 1", None, True)]
+    assert slept[0] == connections.THRIFT_FIRST_POLL
+    assert slept == sorted(slept) and max(slept) == 1 and len(slept) == 12
+
+
+def test_a_statement_finished_at_once_does_not_sleep(monkeypatch):
+    slept = []
+    monkeypatch.setattr(connections.time, "sleep", slept.append)
+    wrapper_with(FakeCursor(polls_running=0)).execute("SET a=b")
+    assert slept == []
+
+
+def test_server_errors_and_cancellations_raise(monkeypatch):
+    monkeypatch.setattr(connections.time, "sleep", lambda _: None)
+    with pytest.raises(DbtDatabaseError, match="TABLE_OR_VIEW_NOT_FOUND"):
+        wrapper_with(FakeCursor(1, TOperationState.ERROR_STATE,
+                                "TABLE_OR_VIEW_NOT_FOUND x")).execute("SELECT * FROM x")
+    with pytest.raises(DbtDatabaseError, match="CANCELED_STATE"):
+        wrapper_with(FakeCursor(0, TOperationState.CANCELED_STATE)).execute("SELECT 1")
