@@ -77,3 +77,15 @@ def test_server_errors_and_cancellations_raise(monkeypatch):
                                 "TABLE_OR_VIEW_NOT_FOUND x")).execute("SELECT * FROM x")
     with pytest.raises(DbtDatabaseError, match="CANCELED_STATE"):
         wrapper_with(FakeCursor(0, TOperationState.CANCELED_STATE)).execute("SELECT 1")
+
+
+def test_a_warehouse_dir_uri_is_refused_with_the_setting_to_use():
+    from dbt.adapters.spark.connections import SparkConnectionMethod
+    from dbt_common.exceptions import DbtRuntimeError
+
+    from dbt.adapters.streamsql.connections import StreamSQLCredentials
+
+    credentials = StreamSQLCredentials(schema="s", method=SparkConnectionMethod.SESSION,
+                                       warehouse_dir="s3a://lake/warehouse")
+    with pytest.raises(DbtRuntimeError, match="spark.sql.warehouse.dir: s3a://lake/warehouse"):
+        credentials.resolved_warehouse_dir()

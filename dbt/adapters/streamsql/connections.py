@@ -67,6 +67,13 @@ class StreamSQLCredentials(SparkCredentials):
 
     def resolved_warehouse_dir(self) -> str:
         configured = os.path.expanduser(self.warehouse_dir or DEFAULT_WAREHOUSE_DIR)
+        if "://" in configured:
+            raise DbtRuntimeError(
+                f"warehouse_dir {configured!r} must be a local directory: the embedded Derby "
+                "metastore lives there. To keep the tables on shared storage (a cluster's "
+                "executors write them), set server_side_parameters: "
+                f"{{spark.sql.warehouse.dir: {configured}}} and keep warehouse_dir local."
+            )
         return os.path.abspath(os.path.join(project_dir(), configured))
 
     def session_settings(self) -> SessionSettings:
