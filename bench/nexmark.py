@@ -446,6 +446,7 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
 
     panels = [(h, key) for h in results["histories"] for key in h["summary"]]
     if not panels:
@@ -465,10 +466,14 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
             axis.bar(xs, ys, width, label=LABELS[approach], color=colors[approach])
             for x, q in zip(xs, queries):
                 if approach not in per_query[q]:
-                    axis.text(x, 0.05, "n/a", rotation=90, ha="center", va="bottom", fontsize=7)
+                    axis.text(x, 0.02, "n/a", rotation=90, ha="center", va="bottom", fontsize=7,
+                              color=colors[approach], transform=axis.get_xaxis_transform())
         axis.set_xticks(range(len(queries)))
         axis.set_xticklabels(queries)
         axis.set_yscale("log")
+        axis.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        axis.tick_params(axis="y", which="minor", labelsize=7)
         axis.set_ylabel("seconds per step (median)")
         axis.set_title(f"{history['history_bids']:,} bids of history, steps of {int(key):,} events",
                        fontsize=10)
