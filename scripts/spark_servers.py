@@ -177,6 +177,15 @@ class StandaloneCluster:
             [spark_class, MASTER_CLASS, "--host", LOOPBACK, "--port", str(self.port),
              "--webui-port", str(self.ui_port)],
             self.root / "logs" / "master.log", env)
+        try:
+            self._start_servers(env, spark_class, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_servers(self, env: Dict[str, str], spark_class: str, timeout: float) -> None:
+        assert self.master is not None
         self.master.start()
         wait_until(lambda: self.status() is not None, self.master, timeout, "serving")
         work_dir = self.root / "work"
@@ -190,7 +199,6 @@ class StandaloneCluster:
         self.worker.start()
         wait_until(lambda: (self.status() or {}).get("aliveworkers", 0) >= 1, self.worker,
                    timeout, f"registering with the master at {self.url}")
-        return self
 
     def status(self) -> Optional[dict]:
         """The master's JSON status page, or None while it does not answer."""
@@ -339,8 +347,12 @@ class ThriftServer:
         self.process = SparkProcess("Spark Thrift Server", self.command(), self.log,
                                     server_env(self.root / "logs"))
         self.process.start()
-        wait_until(lambda: port_open(self.port), self.process, timeout,
-                   f"listening on {LOOPBACK}:{self.port}")
+        try:
+            wait_until(lambda: port_open(self.port), self.process, timeout,
+                       f"listening on {LOOPBACK}:{self.port}")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
