@@ -26,8 +26,8 @@ from dbt.tests.util import run_dbt
 pytestmark = pytest.mark.functional
 
 SEED = int(os.environ.get("STREAMSQL_DIFF_SEED", "20240101"))
-# CI runs 3 steps (each step of 24 models costs minutes on 2 cores); run more locally.
-STEPS = int(os.environ.get("STREAMSQL_DIFF_STEPS", "3"))
+# CI runs 10 steps; run longer histories locally.
+STEPS = int(os.environ.get("STREAMSQL_DIFF_STEPS", "10"))
 
 SOURCES_YML = """
 version: 2
@@ -296,6 +296,12 @@ def differences(expected: Counter, actual: Counter) -> str:
 
 class TestDifferential:
     @pytest.fixture(scope="class")
+    def dbt_profile_target(self, dbt_profile_target):
+        # Models run on 4 dbt threads, as users would run them: a step is mostly short Spark
+        # statements, so steps of independent models overlap well even on 2 cores.
+        return {**dbt_profile_target, "threads": 4}
+
+    @pytest.fixture(scope="class")
     def models(self):
         files = {f"{name}.sql": IV + sql for name, (sql, _) in MODELS.items()}
         files["sources.yml"] = SOURCES_YML
@@ -310,6 +316,7 @@ class TestDifferential:
         project.run_sql(f"create table {schema}.extra (rid int, k int, v decimal(10,2))")
         return schema
 
+    @pytest.mark.timeout(3600)  # 10 steps of many models: minutes, more on a loaded machine
     def test_every_model_equals_its_query_after_every_step(self, project, sources):
         history = History(SEED, sources)
         # a first batch so that step 1 starts from non-empty inputs

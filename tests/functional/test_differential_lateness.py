@@ -373,6 +373,10 @@ def table_versions(project, schema: str, tables: Sequence[str]) -> Dict[str, int
 
 class TestDifferentialLateness:
     @pytest.fixture(scope="class")
+    def dbt_profile_target(self, dbt_profile_target):
+        return {**dbt_profile_target, "threads": 4}  # as test_differential.py
+
+    @pytest.fixture(scope="class")
     def models(self):
         files = {f"{name}.sql": sql for name, (sql, _, _) in MODELS.items()}
         files["sources.yml"] = SOURCES_YML
@@ -387,6 +391,7 @@ class TestDifferentialLateness:
         project.run_sql(f"create table {schema}.readings (rid int, ts timestamp, val int)")
         return schema
 
+    @pytest.mark.timeout(3600)  # 10 steps of many models: minutes, more on a loaded machine
     def test_models_late_and_waterline_tables_match_the_oracle(self, project, sources):
         schema = sources
         # The oracle computes waterlines from the datetimes Spark hands to Python: they must be

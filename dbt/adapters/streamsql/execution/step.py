@@ -390,8 +390,10 @@ class StepRunner:
         record = StepRecord(step=0, run_id=self.run_id, sql_fingerprint=fingerprint,
                             incarnation=self.run_id)
         if plan.aggregate is not None:
+            # Internal: nobody reads its change feed, so its MERGEs need not write one.
             self.session.run(sql.create_table(self.model.state_table,
-                                              self._state_columns(plan, inputs)))
+                                              self._state_columns(plan, inputs),
+                                              {"delta.enableChangeDataFeed": "false"}))
             record.state_version = self._latest_version(self.model.state_table)
         self._with_record(record, lambda: self.session.run(sql.create_table(
             model.target, output_columns, model.tblproperties, model.partition_by,
