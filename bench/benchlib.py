@@ -217,6 +217,18 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
 
 
 
+def machine_lines(info: Dict[str, Any]) -> List[str]:
+    """The machine record as markdown list items (the working tree's state in words)."""
+    lines = []
+    for key, value in info.items():
+        if key == "git_dirty":
+            value = "clean" if not value else "modified: " + ", ".join(
+                line.split()[-1] for line in value.splitlines())
+            key = "dbt/ in the working tree"
+        lines.append(f"- {key}: {value}")
+    return lines
+
+
 def fmt(seconds: float) -> str:
     return f"{seconds:.2f}"
 

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from benchlib import (BENCH_DIR, Dbt, MemorySampler, fmt, machine_info, median, scalar,
+from benchlib import (BENCH_DIR, Dbt, MemorySampler, fmt, machine_info, machine_lines, median, scalar,
                       start_session, use_adapter_revision)
 from nexmark import generator
 from nexmark.queries import QUERIES, STREAM_WATERMARK, Query, render
@@ -431,12 +431,7 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
                                          for q, r in history["setup"][a].items())
                       for a in approaches) + ".", ""]
     lines += ["## Machine", ""]
-    for key, value in info.items():
-        if key == "git_dirty":
-            value = "clean" if not value else "modified: " + ", ".join(
-                line.split()[-1] for line in value.splitlines())
-            key = "dbt/ in the working tree"
-        lines.append(f"- {key}: {value}")
+    lines += machine_lines(info)
     lines += ["", "Raw numbers: `nexmark.json`. Plot: `nexmark.png`.", ""]
     path.write_text("\n".join(lines))
 

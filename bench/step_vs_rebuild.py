@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from benchlib import (BENCH_DIR, Dbt, fmt, machine_info, median, scalar, start_session,
+from benchlib import (BENCH_DIR, Dbt, fmt, machine_info, machine_lines, median, scalar, start_session,
                       statement_label, statement_shape)
 
 SOURCE_SCHEMA = "bench_src"
@@ -417,12 +417,7 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
                          "matched by position.")
 
     lines += ["", "## Machine", ""]
-    for key, value in info.items():
-        if key == "git_dirty":
-            value = "clean" if not value else "modified: " + ", ".join(
-                line.split()[-1] for line in value.splitlines())
-            key = "dbt/ in the working tree"
-        lines.append(f"- {key}: {value}")
+    lines += machine_lines(info)
     lines += ["", "Raw numbers: `step_vs_rebuild.json`. Plot: `step_vs_rebuild.png`.", ""]
     path.write_text("\n".join(lines))
 

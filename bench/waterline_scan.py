@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import yaml
 
-from benchlib import BENCH_DIR, Dbt, machine_info, start_session
+from benchlib import BENCH_DIR, Dbt, machine_info, machine_lines, start_session
 
 SOURCE_SCHEMA, TARGET_SCHEMA = "scan_src", "scan"
 BASE_EPOCH = 1704067200  # 2024-01-01 00:00:00 UTC
@@ -228,7 +228,7 @@ def write_report(result: Dict[str, Any], args: argparse.Namespace, path: Path) -
         "",
         "## Machine",
         "",
-        *[f"- {k}: {v}" for k, v in result["machine"].items()],
+        *machine_lines(result["machine"]),
         "",
     ]
     path.write_text("\n".join(lines))
