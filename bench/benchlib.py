@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import yaml
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 
@@ -215,6 +217,33 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
         "load_average_at_start": os.getloadavg(),
     }
 
+
+
+def write_project_skeleton(work: Path, name: str, schema: str, driver_memory: str,
+                           sources: Dict[str, Sequence[str]]) -> Dict[str, Any]:
+    """dbt_project.yml, profiles.yml (embedded session, one thread) and sources.yml in `work`.
+
+    `sources` maps a source schema to its tables. Returns the profile target; the caller writes
+    the models under `work / "models"`.
+    """
+    (work / "models").mkdir(parents=True, exist_ok=True)
+    (work / "dbt_project.yml").write_text(yaml.safe_dump({
+        "name": name, "version": "1.0", "config-version": 2,
+        "profile": name, "model-paths": ["models"],
+    }))
+    target = {
+        "type": "streamsql", "method": "session", "schema": schema,
+        "warehouse_dir": str(work / "warehouse"), "master": "local[2]", "threads": 1,
+        "server_side_parameters": {"spark.driver.memory": driver_memory},
+    }
+    (work / "profiles.yml").write_text(yaml.safe_dump(
+        {name: {"target": "local", "outputs": {"local": target}}}))
+    (work / "models" / "sources.yml").write_text(yaml.safe_dump({
+        "version": 2,
+        "sources": [{"name": source, "schema": source, "tables": [{"name": t} for t in tables]}
+                    for source, tables in sources.items()],
+    }))
+    return target
 
 
 def machine_lines(info: Dict[str, Any]) -> List[str]:

@@ -29,10 +29,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import yaml
 
 from benchlib import (BENCH_DIR, Dbt, MemorySampler, fmt, machine_info, machine_lines, median, scalar,
-                      start_session, use_adapter_revision)
+                      start_session, write_project_skeleton, use_adapter_revision)
 from nexmark import generator
 from nexmark.queries import QUERIES, STREAM_WATERMARK, Query, render
 
@@ -51,22 +50,8 @@ def model_name(query: str, approach: str) -> str:
 
 def write_project(work: Path, driver_memory: str, queries: Sequence[Query],
                   approaches: Sequence[str]) -> Dict[str, Any]:
-    (work / "models").mkdir(parents=True, exist_ok=True)
-    (work / "dbt_project.yml").write_text(yaml.safe_dump({
-        "name": "nexmark_bench", "version": "1.0", "config-version": 2,
-        "profile": "nexmark_bench", "model-paths": ["models"],
-    }))
-    target = {
-        "type": "streamsql", "method": "session", "schema": TARGET_SCHEMA,
-        "warehouse_dir": str(work / "warehouse"), "master": "local[2]", "threads": 1,
-        "server_side_parameters": {"spark.driver.memory": driver_memory},
-    }
-    (work / "profiles.yml").write_text(yaml.safe_dump(
-        {"nexmark_bench": {"target": "local", "outputs": {"local": target}}}))
-    (work / "models" / "sources.yml").write_text(yaml.safe_dump({
-        "version": 2, "sources": [{"name": generator.SCHEMA, "schema": generator.SCHEMA,
-                                   "tables": [{"name": t} for t in generator.DDL]}],
-    }))
+    target = write_project_skeleton(work, "nexmark_bench", TARGET_SCHEMA, driver_memory,
+                                    {generator.SCHEMA: list(generator.DDL)})
     refs = {t: "{{ source('%s', '%s') }}" % (generator.SCHEMA, t) for t in generator.DDL}
     for q in queries:
         models = {}

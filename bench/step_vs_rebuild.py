@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import yaml
 
 from benchlib import (BENCH_DIR, Dbt, fmt, machine_info, machine_lines, median, scalar, start_session,
-                      statement_label, statement_shape)
+                      statement_label, statement_shape, write_project_skeleton)
 
 SOURCE_SCHEMA = "bench_src"
 TARGET_SCHEMA = "bench"
@@ -58,22 +57,8 @@ REBUILD = [table for _, _, table in PAIRS]
 
 def write_project(work: Path, driver_memory: str) -> Dict[str, Any]:
     """A dbt project in `work`: profile, source and the four models. Returns the profile target."""
-    (work / "models").mkdir(parents=True, exist_ok=True)
-    (work / "dbt_project.yml").write_text(yaml.safe_dump({
-        "name": "streamsql_bench", "version": "1.0", "config-version": 2,
-        "profile": "streamsql_bench", "model-paths": ["models"],
-    }))
-    target = {
-        "type": "streamsql", "method": "session", "schema": TARGET_SCHEMA,
-        "warehouse_dir": str(work / "warehouse"), "master": "local[2]", "threads": 1,
-        "server_side_parameters": {"spark.driver.memory": driver_memory},
-    }
-    (work / "profiles.yml").write_text(yaml.safe_dump(
-        {"streamsql_bench": {"target": "local", "outputs": {"local": target}}}))
-    (work / "models" / "sources.yml").write_text(yaml.safe_dump({
-        "version": 2,
-        "sources": [{"name": SOURCE_SCHEMA, "schema": SOURCE_SCHEMA, "tables": [{"name": "events"}]}],
-    }))
+    target = write_project_skeleton(work, "streamsql_bench", TARGET_SCHEMA, driver_memory,
+                                    {SOURCE_SCHEMA: ["events"]})
     src = "{{ source('%s', 'events') }}" % SOURCE_SCHEMA
     for name, (materialized, query) in MODELS.items():
         (work / "models" / f"{name}.sql").write_text(

@@ -31,9 +31,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-import yaml
 
-from benchlib import BENCH_DIR, Dbt, machine_info, machine_lines, start_session
+from benchlib import BENCH_DIR, Dbt, machine_info, machine_lines, start_session, write_project_skeleton
 
 SOURCE_SCHEMA, TARGET_SCHEMA = "scan_src", "scan"
 BASE_EPOCH = 1704067200  # 2024-01-01 00:00:00 UTC
@@ -45,17 +44,8 @@ SCAN_METRICS = {"number of files read": "files", "size of files read": "bytes",
 
 
 def write_project(work: Path) -> Dict[str, Any]:
-    (work / "models").mkdir(parents=True, exist_ok=True)
-    (work / "dbt_project.yml").write_text(yaml.safe_dump({
-        "name": "streamsql_scan", "version": "1.0", "config-version": 2,
-        "profile": "streamsql_scan", "model-paths": ["models"]}))
-    target = {"type": "streamsql", "method": "session", "schema": TARGET_SCHEMA,
-              "warehouse_dir": str(work / "warehouse"), "master": "local[2]", "threads": 1,
-              "server_side_parameters": {"spark.driver.memory": "4g"}}
-    (work / "profiles.yml").write_text(yaml.safe_dump(
-        {"streamsql_scan": {"target": "local", "outputs": {"local": target}}}))
-    (work / "models" / "sources.yml").write_text(yaml.safe_dump({"version": 2, "sources": [
-        {"name": SOURCE_SCHEMA, "schema": SOURCE_SCHEMA, "tables": [{"name": "events"}]}]}))
+    target = write_project_skeleton(work, "streamsql_scan", TARGET_SCHEMA, "4g",
+                                    {SOURCE_SCHEMA: ["events"]})
     src = "{{ source('%s', 'events') }}" % SOURCE_SCHEMA
     for name, config in MODELS.items():
         settings = ", ".join(["materialized='incremental_view'"]

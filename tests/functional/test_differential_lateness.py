@@ -392,7 +392,7 @@ class TestDifferentialLateness:
         project.run_sql(f"create table {schema}.readings (rid int, ts timestamp, val int)")
         return schema
 
-    @pytest.mark.timeout(3600)  # 10 steps of many models: minutes, more on a loaded machine
+    @pytest.mark.timeout(3600)  # several steps of many models: minutes, more on a loaded machine
     def test_models_late_and_waterline_tables_match_the_oracle(self, project, sources):
         schema = sources
         # The oracle computes waterlines from the datetimes Spark hands to Python: they must be
