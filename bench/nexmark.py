@@ -358,10 +358,10 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
                       "| query | view plan | " + " | ".join(
                           f"{LABELS[a]} s" for a in approaches) + " | " + " | ".join(
                           f"{LABELS[a]} / view" for a in approaches if a != "view")
-                      + " | floor s (" + " / ".join(approaches) + ") | peak heap MiB ("
+                      + " | fastest | floor s (" + " / ".join(approaches) + ") | peak heap MiB ("
                       + " / ".join(approaches) + ") |",
                       "|---|---|" + "---:|" * len(approaches)
-                      + "---:|" * (len(approaches) - 1) + "---|---|"]
+                      + "---:|" * (len(approaches) - 1) + "---|---|---|"]
             for query, row in per_query.items():
                 view = row.get("view", {}).get("step_s")
                 cells = [fmt(row[a]["step_s"]) if a in row else "-" for a in approaches]
@@ -373,8 +373,10 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
                                    if a in row and row[a]["heap_peak_mib"] else "-"
                                    for a in approaches)
                 plan = row.get("view", {}).get("plan") or "-"
+                fastest = fastest_approach(row)
                 lines.append(f"| {query} | {plan} | " + " | ".join(cells) + " | "
-                             + " | ".join(ratios) + f" | {floors} | {heaps} |")
+                             + " | ".join(ratios) + f" | {LABELS[fastest] if fastest else '-'}"
+                             f" | {floors} | {heaps} |")
     lines += ["", "## Plans of the incremental views", "",
               "| query | plan | reason | late rows (all steps) |", "|---|---|---|---:|"]
     last = results["histories"][-1] if results["histories"] else None
@@ -417,8 +419,15 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
                       for a in approaches) + ".", ""]
     lines += ["## Machine", ""]
     lines += machine_lines(info)
-    lines += ["", "Raw numbers: `nexmark.json`. Plot: `nexmark.png`.", ""]
+    name = results.get("output_name", "nexmark")
+    lines += ["", f"Raw numbers: `{name}.json`. Plot: `{name}.png`.", ""]
     path.write_text("\n".join(lines))
+
+
+def fastest_approach(row: Dict[str, Any]) -> Optional[str]:
+    """The approach with the smallest median step of one query's summary row."""
+    timed = [(r["step_s"], a) for a, r in row.items() if r.get("step_s") is not None]
+    return min(timed)[1] if timed else None
 
 
 def write_plot(results: Dict[str, Any], path: Path) -> None:
@@ -501,14 +510,67 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-nexmark"),
                         help="dbt project, warehouse and checkpoints (deleted at start)")
     parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
+    parser.add_argument("--combine", default="",
+                        help="no run: merge the results of earlier runs (comma-separated JSON "
+                        "files in --results-dir, e.g. nexmark_1m.json,nexmark_10m.json) into one "
+                        "report <output-name>.md/.json/.png")
     parser.add_argument("--adapter-rev", default="",
                         help="benchmark dbt-streamsql as committed at this git revision (e.g. "
                         "HEAD) instead of the working tree, which others may be editing")
     return parser.parse_args(argv)
 
 
+def write_results(results: Dict[str, Any], unsupported: Dict[Tuple[str, str], str],
+                  results_dir: Path, name: str) -> None:
+    results["output_name"] = name
+    (results_dir / f"{name}.json").write_text(json.dumps(
+        dict(results, unsupported={f"{q}|{a}": r for (q, a), r in unsupported.items()}),
+        indent=1, default=str))
+    write_report(dict(results, unsupported=dict(unsupported)), results_dir / f"{name}.md")
+    write_plot(results, results_dir / f"{name}.png")
+    print(f"wrote {results_dir / name}.md and .png/.json", flush=True)
+
+
+def combine(args: argparse.Namespace) -> int:
+    """One report from several runs' JSON (e.g. one run per history size, run one after the
+    other on the same machine): histories in the order given, every run's command and machine
+    record kept."""
+    results_dir = Path(args.results_dir).resolve()
+    runs = [json.loads((results_dir / name.strip()).read_text())
+            for name in args.combine.split(",") if name.strip()]
+    if not runs:
+        raise SystemExit("--combine: no result files named")
+    first = runs[0]
+    mismatched = [key for key in ("approaches", "queries", "seed", "steps")
+                  if any(run.get(key) != first.get(key) for run in runs)]
+    if mismatched:
+        raise SystemExit(f"--combine: the runs differ in {mismatched}; they cannot share a table")
+    unsupported: Dict[Tuple[str, str], str] = {}
+    for run in runs:
+        for key, reason in run.get("unsupported", {}).items():
+            query, approach = key.split("|", 1)
+            unsupported.setdefault((query, approach), reason)
+    machine = dict(first["machine"])
+    for index, run in enumerate(runs[1:], start=2):
+        for key, value in run["machine"].items():
+            if machine.get(key) != value:
+                machine[f"{key} (run {index})"] = value
+    combined = dict(
+        first, histories=[h for run in runs for h in run["histories"]], machine=machine,
+        command="; ".join(f"`{run['command']}`" for run in runs).strip("`"),
+        started=", ".join(run["started"] for run in runs),
+        elapsed_s=sum(run["elapsed_s"] for run in runs),
+        jvm_rss_peak_mib=max(run.get("jvm_rss_peak_mib") or 0 for run in runs),
+        label=args.label or first.get("label", ""),
+        combined_from=[name.strip() for name in args.combine.split(",") if name.strip()])
+    write_results(combined, unsupported, results_dir, args.output_name)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    if args.combine:
+        return combine(args)
     queries = [QUERIES[name.strip()] for name in args.queries.split(",") if name.strip()]
     approaches = [a.strip() for a in args.approaches.split(",") if a.strip()]
     unknown = [a for a in approaches if a not in APPROACHES]
@@ -552,15 +614,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         failed += [f"{history_bids:,} bids: {c['query']} {c['approach']}: {c['verdict']}"
                    for c in history["verification"] if c.get("equal") is False]
         results["elapsed_s"] = time.monotonic() - started
-        results["unsupported"] = {f"{q}|{a}": r for (q, a), r in bench.unsupported.items()}
         results["jvm_rss_peak_mib"] = memory.rss_peak_mib()
         results["machine"]["load_average_at_end"] = os.getloadavg()
-        (results_dir / f"{args.output_name}.json").write_text(
-            json.dumps(results, indent=1, default=str))
-        report = dict(results, unsupported=dict(bench.unsupported))
-        write_report(report, results_dir / f"{args.output_name}.md")
-        write_plot(results, results_dir / f"{args.output_name}.png")
-        print(f"wrote {results_dir / args.output_name}.md and .png/.json", flush=True)
+        write_results(results, bench.unsupported, results_dir, args.output_name)
     memory.stop()
     print(f"total {(time.monotonic() - started) / 60:.1f} min", flush=True)
     if failed:
