@@ -1,9 +1,11 @@
 """incremental_view basics: the step report, skipped steps, full refresh, append_only, inputs the
-step cannot read, a changed model SQL, and configuration in YAML."""
+step cannot read, a changed model SQL, configuration in YAML, and insert-only steps."""
 
 from __future__ import annotations
 
 from collections import Counter
+import os
+
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
@@ -282,3 +284,92 @@ models:
         assert (response["step"], response["deleted"]) == (2, 1), response
         assert rows(project, model) == Counter({(1, 2): 1})
 
+
+
+COPIES = """
+{{ config(materialized='incremental_view') }}
+select k, v from {{ source('raw', 'src') }}
+"""
+
+PAIRS = """
+{{ config(materialized='incremental_view') }}
+select a.id as a_id, b.id as b_id, a.k from {{ source('raw', 'src') }} a
+join {{ source('raw', 'src') }} b on a.k = b.k
+"""
+
+LEFT_PAIRS = """
+{{ config(materialized='incremental_view') }}
+select a.id, b.v from {{ source('raw', 'src') }} a
+left join {{ source('raw', 'src') }} b on a.k = b.k and b.v > 15
+"""
+
+
+def net_statements(logs_dir: str, model: str, since: int) -> list:
+    """The `CACHE TABLE ..._net` statements run for `model` after byte `since` of dbt.log."""
+    with open(f"{logs_dir}/dbt.log", encoding="utf-8") as log:
+        log.seek(since)
+        return [line for line in log
+                if f".{model}: CACHE TABLE " in line and "_net AS " in line]
+
+
+def log_size(logs_dir: str) -> int:
+    with open(f"{logs_dir}/dbt.log", "rb") as log:
+        return log.seek(0, 2)
+
+
+class TestInsertOnlySteps:
+    """Inserts through a query without left joins are appended without netting; the result is
+    the same multiset (duplicates included) as the query's, and a deletion nets again."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"copies.sql": COPIES, "pairs.sql": PAIRS, "left_pairs.sql": LEFT_PAIRS,
+                "sources.yml": SOURCES_YML}
+
+    def assert_models_equal_queries(self, project):
+        schema = project.test_schema
+        queries = {
+            "copies": f"select k, v from {schema}.src",
+            "pairs": f"select a.id, b.id, a.k from {schema}.src a join {schema}.src b "
+                     "on a.k = b.k",
+            "left_pairs": f"select a.id, b.v from {schema}.src a left join {schema}.src b "
+                          "on a.k = b.k and b.v > 15",
+        }
+        for name, query in queries.items():
+            expected = Counter(tuple(r) for r in project.run_sql(query, fetch="all"))
+            assert rows(project, f"{schema}.{name}") == expected, name
+
+    def test_inserts_skip_netting_and_keep_duplicates(self, project, logs_dir):
+        src = create_src(project)
+        project.run_sql(f"insert into {src} values (1, 1, 10), (1, 1, 10), (2, 1, 20), "
+                        "(3, 2, 5)")
+        since = log_size(logs_dir) if os.path.exists(f"{logs_dir}/dbt.log") else 0
+        run_dbt(["run"])
+        self.assert_models_equal_queries(project)
+        # the first step inserts the query over the snapshots: nothing is cached
+        with open(f"{logs_dir}/dbt.log", encoding="utf-8") as log:
+            log.seek(since)
+            cached = [line for line in log if ".pairs: CACHE TABLE " in line]
+        assert cached == [], cached
+
+        # inserts only, duplicating rows that are already there
+        project.run_sql(f"insert into {src} values (1, 1, 10), (4, 2, 30)")
+        since = log_size(logs_dir)
+        results = run_dbt(["run"])
+        self.assert_models_equal_queries(project)
+        assert by_name(results, "copies").adapter_response["inserted"] == 2
+        for model in ("copies", "pairs"):
+            statements = net_statements(logs_dir, model, since)
+            assert len(statements) == 1 and "GROUP BY" not in statements[0], statements
+        statements = net_statements(logs_dir, "left_pairs", since)
+        assert len(statements) == 1 and "HAVING SUM" in statements[0], statements
+
+        # a deletion: the change is netted again
+        project.run_sql(f"delete from {src} where id = 1")
+        since = log_size(logs_dir)
+        results = run_dbt(["run"])
+        self.assert_models_equal_queries(project)
+        assert by_name(results, "copies").adapter_response["deleted"] == 3
+        for model in ("copies", "pairs", "left_pairs"):
+            statements = net_statements(logs_dir, model, since)
+            assert len(statements) == 1 and "HAVING SUM" in statements[0], (model, statements)

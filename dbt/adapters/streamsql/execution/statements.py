@@ -109,6 +109,12 @@ def count_rows(view: str) -> str:
     return f"SELECT COUNT(*) AS n FROM {view}"
 
 
+def count_changes(delta_view: str) -> str:
+    """Rows of an input's change, and how many of them remove a row (weight -1)."""
+    return (f"SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN {WEIGHT} < 0 THEN 1 ELSE 0 END), 0) "
+            f"AS removals FROM {delta_view}")
+
+
 def insert_copies(target: str, net_view: str, columns: Sequence[Column]) -> str:
     """A change with only inserts: a blind append, `weight` copies of each row."""
     cols = column_list(columns)

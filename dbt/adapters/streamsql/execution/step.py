@@ -19,7 +19,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
@@ -209,7 +209,12 @@ class StepRunner:
 
         self._checkpoint("start")
         result = StepResult(self.model.name, step, plan.strategy, plan.reason)
-        views = self._bind_inputs(inputs, previous, result)
+        # A monotonic linear query over inserts only changes by inserts: its change needs no
+        # netting, and on the first step the inputs' snapshots need not be copied into memory.
+        insert_path = plan.strategy == "linear" and plan.monotonic
+        first_step = all(previous.input_versions.get(i.table.name) is None for i in inputs)
+        views, removals = self._bind_inputs(inputs, previous, result,
+                                            cache_snapshots=not insert_path)
         record = previous.next(self.run_id, versions)
 
         # Everything a step reads is pinned to a version: Spark re-computes cached views when a
@@ -225,7 +230,14 @@ class StepRunner:
                                                                  target_version))
             # Used once, by `net`: a plain view, so Spark plans both as one query.
             change = self._view("change", sql.bind_placeholders(plan.change_sql or "", views))
-            net = self._cache("net", sql.consolidate(change, plan.output_columns))
+            if insert_path and removals == 0 and first_step:
+                # Every row has weight +1. Evaluated twice (counted, then inserted), which costs
+                # less than copying a whole snapshot's result into memory.
+                net = change
+            elif insert_path and removals == 0:
+                net = self._cache("net", f"SELECT * FROM {change}")
+            else:
+                net = self._cache("net", sql.consolidate(change, plan.output_columns))
         return self._finish(net, plan.output_columns, rules, previous, record, result, writes)
 
     def flush(self) -> StepResult:
@@ -337,8 +349,10 @@ class StepRunner:
         return rows
 
     def _bind_inputs(self, inputs: Sequence[InputState], previous: StepRecord,
-                     result: StepResult) -> Dict[str, str]:
+                     result: StepResult, cache_snapshots: bool = True) -> Tuple[Dict[str, str], int]:
+        """Views of each input's new, old and delta; and how many delta rows are removals."""
         views: Dict[str, str] = {}
+        removals = 0
         for i, item in enumerate(inputs):
             name, cols, now = item.table.name, item.table.columns, item.version
             before = previous.input_versions.get(name)
@@ -346,6 +360,11 @@ class StepRunner:
             if before is None:
                 views[old_input(i)] = self._view(f"old_{i}", sql.empty_input(item.relation, now))
                 change = sql.input_snapshot_as_change(item.relation, cols, now)
+                if not cache_snapshots:
+                    views[delta_input(i)] = self._view(f"delta_{i}", change)
+                    result.changes_read += int(self.session.query(
+                        sql.count_rows(f"{item.relation} VERSION AS OF {now}"))[0]["n"])
+                    continue
             else:
                 views[old_input(i)] = self._view(f"old_{i}",
                                                  sql.input_as_of(item.relation, before))
@@ -354,9 +373,10 @@ class StepRunner:
                 else:
                     change = sql.input_changes(name, cols, before, now)
             views[delta_input(i)] = self._cache(f"delta_{i}", change)
-            result.changes_read += int(
-                self.session.query(sql.count_rows(views[delta_input(i)]))[0]["n"])
-        return views
+            counts = self.session.query(sql.count_changes(views[delta_input(i)]))[0]
+            result.changes_read += int(counts["n"])
+            removals += int(counts["removals"])
+        return views, removals
 
     # -- the model's table ------------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ executor replaces (as whole identifiers) by temporary views:
 
 Every "change" SQL returns the model's output columns, in order, plus `_streamsql_weight` BIGINT.
 A change need not be consolidated (the same row may appear with +1 and -1); the executor
-consolidates it before applying it.
+consolidates it before applying it, except for a `monotonic` linear plan whose input changes are all
+inserts: every row of its change then has weight +1 and is appended as it is.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ class StepPlan:
     # aggregate: None (see `aggregate`).
     change_sql: Optional[str] = None
     aggregate: Optional[AggregatePlan] = None
-    # True when the model's result can only gain rows given append-only inputs (used to pick a
-    # plain INSERT instead of MERGE when every input change in a step is an insert).
+    # True when the model's result can only gain rows given append-only inputs, i.e. every term
+    # of the change has a positive weight (no left join). When every input change in a step is an
+    # insert, the executor appends the change without netting it.
     monotonic: bool = False
     notes: Dict[str, str] = field(default_factory=dict)
