@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -443,16 +445,22 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
     approaches = results["approaches"]
     colors = {"view": "tab:blue", "table": "tab:red", "incremental": "tab:orange",
               "stream": "tab:green"}
-    figure, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    figure, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False,
+                                layout="constrained")  # room for a wrapped title
     for axis, (history, key) in zip(axes[:, 0], panels):
         per_query = history["summary"][key]
         queries = list(per_query)
         width = 0.8 / len(approaches)
+        smallest, largest = float("inf"), 0.0
         for index, approach in enumerate(approaches):
             xs = [i + (index - (len(approaches) - 1) / 2) * width for i in range(len(queries))]
             ys = [per_query[q][approach]["step_s"] if approach in per_query[q] else 0
                   for q in queries]
-            axis.bar(xs, ys, width, label=LABELS[approach], color=colors[approach])
+            bars = axis.bar(xs, ys, width, label=LABELS[approach], color=colors[approach])
+            axis.bar_label(bars, labels=[f"{y:.1f}" if y else "" for y in ys], fontsize=6,
+                           padding=1)
+            smallest = min([y for y in ys if y] + [smallest])
+            largest = max(ys + [largest])
             for x, q in zip(xs, queries):
                 if approach not in per_query[q]:
                     axis.text(x, 0.02, "n/a", rotation=90, ha="center", va="bottom", fontsize=7,
@@ -460,8 +468,14 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
         axis.set_xticks(range(len(queries)))
         axis.set_xticklabels(queries)
         axis.set_yscale("log")
+        if smallest < float("inf"):
+            # Bars start at a decade at most half the smallest value (not at it, which would
+            # make it look like nothing); room above the tallest for its label and the legend.
+            bottom = 10 ** math.floor(math.log10(smallest / 2))
+            axis.set_ylim(bottom=bottom, top=largest * 3)
         axis.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-        axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        if axis.get_ylim()[1] / axis.get_ylim()[0] < 100:  # more decades: too crowded
+            axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
         axis.tick_params(axis="y", which="minor", labelsize=7)
         axis.set_ylabel("seconds per step (median)")
         axis.set_title(f"{history['history_bids']:,} bids of history, steps of {int(key):,} events",
@@ -471,8 +485,7 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
     title = "dbt-streamsql on Nexmark: time of one step"
     if results.get("label"):
         title += f" ({results['label']})"
-    figure.suptitle(title, fontsize=11)
-    figure.tight_layout()
+    figure.suptitle(textwrap.fill(title, 110), fontsize=11)  # a long label would be cut off
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
