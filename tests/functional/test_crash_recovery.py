@@ -1,7 +1,8 @@
 """SPEC section 6: a step that fails at any point is completed exactly once by the next run.
 
 The step's test-only fault switch (`STREAMSQL_TEST_FAIL_AT`) makes a step fail at one of its named
-checkpoints. For each checkpoint a linear and an aggregate step reach, the test fails a step there,
+checkpoints. For each checkpoint a linear and an aggregate step reach (and, for a query over an aggregate below
+a join, the points around its stage's state write), the test fails a step there,
 checks what the failed step left behind (the model as before the step when the fault comes before
 the commit, as after it when it comes after), re-runs, and checks the model against its query
 evaluated from scratch (a change applied twice or lost would show), then takes one more step.
@@ -22,15 +23,19 @@ pytestmark = pytest.mark.functional
 
 LINEAR_CHECKPOINTS = ["start", "before_commit", "after_commit"]  # a linear step has no state
 AGGREGATE_CHECKPOINTS = ["start", "before_state", "after_state", "before_commit", "after_commit"]
+STAGED_CHECKPOINTS = ["after_state", "before_commit"]  # the stage's state written, model not
 CASES: List[Tuple[str, str]] = (
     [("linear", point) for point in LINEAR_CHECKPOINTS]
     + [("aggregate", point) for point in AGGREGATE_CHECKPOINTS]
+    + [("staged", point) for point in STAGED_CHECKPOINTS]
 )
 
 QUERIES = {
     "linear": "select id, k, v * 10 as v10 from {src} where k is not null",
     "aggregate": "select k, count(*) as n, sum(v) as total, min(v) as lo, max(v) as hi "
                  "from {src} group by k",
+    "staged": "select s.id, s.v, a.n from {src} s join "
+              "(select k, count(*) as n from {src} group by k) a on s.k = a.k",
 }
 
 

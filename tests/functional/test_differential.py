@@ -3,7 +3,8 @@
 A seeded generator changes three source Delta tables step after step (inserts, deletes, updates,
 exact duplicate rows, NULL keys and values, rows inserted and deleted within one step, updates of
 join and group keys). Each step is one `dbt run` of one project holding a model for every
-fast-path construct of SPEC section 3 plus a few that must fall back to recompute. After each step
+fast-path construct of SPEC section 3, aggregates below joins and other aggregates (stages), plus
+a few that must fall back to recompute. After each step
 every model's table is compared, as a multiset, with its compiled SELECT evaluated from scratch,
 and the plan each model reports in its adapter response is checked, so a silent fallback to
 recompute fails the test too.
@@ -121,6 +122,31 @@ MODELS: Dict[str, tuple] = {
         "aggregate"),
     "lin_chain_of_aggregate": (
         "select k, n_rows, max_v from {{ ref('agg_basic') }} where n_rows > 1", "linear"),
+    # -- aggregates below the top (stages) ------------------------------------------------------
+    "stage_join_of_aggregate": (
+        f"select f.rid, f.k, a.n_rows, a.max_v from {FACTS} f "
+        f"join (select k, count(*) as n_rows, max(v) as max_v from {FACTS} group by k) a "
+        f"on f.k = a.k",
+        "linear"),
+    "stage_aggregate_of_aggregate": (
+        f"select n_rows, count(*) as groups, max(max_v) as top, min(min_n) as low "
+        f"from (select k, count(*) as n_rows, max(v) as max_v, min(n) as min_n from {FACTS} "
+        f"group by k) a group by n_rows",
+        "aggregate"),
+    "stage_top_per_window": (
+        f"select f.rid, f.k, f.v, f.ts from {FACTS} f join (select window(ts, '1 hour').end "
+        f"as window_end, max(v) as top from {FACTS} group by window(ts, '1 hour')) m "
+        f"on f.v = m.top and f.ts between m.window_end - interval 1 hour and m.window_end",
+        "linear"),
+    "stage_union_branch": (
+        f"select k, w as n from {DIMS} union all "
+        f"select k, count(*) as n from {EXTRA} group by k",
+        "linear"),
+    "stage_cte_read_twice": (
+        f"with c as (select k, g, count(*) as n from {FACTS} group by k, g), "
+        f"t as (select k, max(n) as top from c group by k) "
+        f"select c.k, c.g, c.n from c join t on c.k <=> t.k and c.n >= t.top",
+        "linear"),
     # -- recompute ---------------------------------------------------------------------------------
     "re_row_number": (
         f"select rid, k, row_number() over (partition by k order by rid, v, n, g) as rn "
@@ -343,6 +369,8 @@ class TestDifferential:
                 assert response.get("plan") == intended, (
                     f"{name}: expected plan {intended!r}, got {response.get('plan')!r} "
                     f"({response.get('reason')}); {context}")
+                if name.startswith("stage_"):
+                    assert "stage" in response.get("reason", ""), (name, response)
                 # exactly one step per run (or none when the inputs did not change)
                 assert response["step"] in (previous_step.get(name, 0),
                                             previous_step.get(name, 0) + 1), (name, response)

@@ -15,6 +15,7 @@ from decimal import Decimal
 
 import pytest
 
+from dbt.adapters.streamsql.execution import statements
 from dbt.adapters.streamsql.planning.binding import bind_text, parse_query
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
@@ -62,6 +63,10 @@ LINEAR = [
     "select q.id, q.w + 1 as w1 from (select t.id, u.w from demo.t left join demo.u on t.k = u.k) q where q.id > 3",
     "select id from demo.t order by id",
     "select a.id, u.w from demo.t a left join demo.u on a.k = u.k left join demo.t b on u.w = b.n",
+    # key bounds on timestamps (BETWEEN) and on a decimal compared with a bigint
+    "select a.id, b.id as id2 from demo.t a join demo.t b "
+    "on b.ts between a.ts - interval 30 minutes and a.ts and a.k = b.k",
+    "select t.id, u.w from demo.t join demo.u on t.v >= u.w and t.n < u.w * 10",
 ]
 
 AGGREGATE = [
@@ -121,6 +126,14 @@ def random_t_row(rng: random.Random):
         rng.choice(["a", "b", "c", None]),
         rng.choice([rng.randint(-30, 30), None]),
     )
+
+
+# Rows inserted and deleted within every step, per input: each value beyond every real one.
+GHOSTS = (
+    [(99, 1, Decimal("99.99"), datetime.datetime(2030, 1, 1), (9,), "zz", 99),
+     (98, 2, Decimal("-99.99"), datetime.datetime(2000, 1, 1), (), "", -99)],
+    [(1, 99), (2, -99)],
+)
 
 
 def random_u_row(rng: random.Random):
@@ -185,10 +198,27 @@ def register_inputs(spark, old, new):
         removed = Counter(old[i]) - Counter(new[i])
         added = Counter(new[i]) - Counter(old[i])
         changes = [r + (-1,) for r in removed.elements()] + [r + (1,) for r in added.elements()]
-        # an unconsolidated pair: the same row inserted and deleted within the step
+        # unconsolidated pairs: the same row inserted and deleted within the step, one that is
+        # in the new input and "ghosts" that are not, with extreme values (a MIN/MAX must not
+        # keep a ghost's value)
         if new[i]:
             changes += [new[i][0] + (1,), new[i][0] + (-1,)]
+        for ghost in GHOSTS[i]:
+            changes += [ghost + (1,), ghost + (-1,)]
         frame(spark, changes, schema + f", {WEIGHT} bigint").createOrReplaceTempView(delta_input(i))
+
+
+def with_bounds(spark, sql_text, bounds):
+    """`sql_text` with its key bounds bound as the executor binds them (literal MIN/MAX)."""
+    if not bounds:
+        return sql_text
+    values = statements.bound_values(bounds)
+    types = [f.dataType.simpleString() for f in spark.sql(values).schema.fields]
+    texts = spark.sql(statements.bound_texts(values, types)).collect()[0]
+    for i, bound in enumerate(bounds):
+        predicate = statements.bound_predicate(bound, texts[f"v{i}"], types[i])
+        sql_text = sql_text.replace(bound.name, predicate)
+    return sql_text
 
 
 def model_over(spark, sql, placeholder):
@@ -220,7 +250,7 @@ def check_change(spark, sql, plan, old, new):
         materialize(spark, model_over(spark, sql, old_input), TARGET)
     width = len(plan.output_columns)
     result = Counter(before)
-    for row in spark.sql(plan.change_sql).collect():
+    for row in spark.sql(with_bounds(spark, plan.change_sql, plan.bounds)).collect():
         result[tuple(hashable(v) for v in tuple(row)[:width])] += row[WEIGHT]
     assert +result == after, plan.change_sql
     assert all(count >= 0 for count in result.values())
@@ -230,7 +260,7 @@ def build_state(spark, plan, old):
     """The state after a first step that read `old` (the executor's bootstrap)."""
     register_inputs(spark, ([], []), old)
     aggregate = plan.aggregate
-    group_delta = spark.sql(aggregate.delta_sql)
+    group_delta = spark.sql(with_bounds(spark, aggregate.delta_sql, aggregate.bounds))
     names = [c.name for c in aggregate.state_columns]
     types = {f.name: f.dataType.simpleString() for f in group_delta.schema.fields}
     for column in aggregate.state_columns:
@@ -251,7 +281,8 @@ def check_aggregate(spark, sql, plan, old, new):
 
     register_inputs(spark, old, new)
     spark.createDataFrame(old_state, state_schema).createOrReplaceTempView(STATE)
-    group_delta = materialize(spark, spark.sql(aggregate.delta_sql), GROUP_DELTA)
+    group_delta = materialize(spark, spark.sql(with_bounds(spark, aggregate.delta_sql, aggregate.bounds)),
+                              GROUP_DELTA)
     combine = spark.sql(aggregate.combine_sql)
     assert combine.columns == [c.name for c in aggregate.state_columns]
     combined = combine.collect()
@@ -283,6 +314,8 @@ def check_aggregate(spark, sql, plan, old, new):
 def test_linear_plans_are_exact(spark, sql):
     plan = plan_step(sql, INPUTS, output_columns(spark, sql))
     assert plan.strategy == "linear", plan.reason
+    if " join " in sql and " on " in sql and "left join" not in sql:
+        assert plan.bounds, "an inner join's terms are bounded by the change's keys"
     for old, new in scenarios(1):
         check_change(spark, sql, plan, old, new)
 

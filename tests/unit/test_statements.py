@@ -103,3 +103,42 @@ def test_merge_change_bounds_the_target_by_the_waterline():
     parses(statement)
     # on the join that counts the copies to keep, and on the MERGE's match
     assert statement.count("AND t.`ts` >= CAST('2024-01-01 10:00:00' AS timestamp)") == 2
+
+
+def test_merge_by_key_updates_deletes_and_inserts_by_key_without_counting_copies():
+    statement = sql.merge_by_key("m.t", "net", COLS + [Column("total", "bigint")], ["room"],
+                                 ["t.`room` >= 'a'"])
+    parses(statement)
+    assert statement.count("net") == 1 and "LEFT JOIN" not in statement
+    assert "ON t.`room` <=> s.`room` AND t.`room` >= 'a'" in statement
+    assert "max_by(struct(`n`, `total`), _streamsql_weight)" in statement
+    assert "GROUP BY `room`" in statement
+    assert "WHEN MATCHED AND NOT s._streamsql_keep THEN DELETE" in statement
+    assert "UPDATE SET `n` = s._streamsql_row.`n`, `total` = s._streamsql_row.`total`" in statement
+    assert "VALUES (s.`room`, s._streamsql_row.`n`, s._streamsql_row.`total`)" in statement
+
+
+def test_merge_by_key_of_a_global_aggregate_matches_its_one_row():
+    statement = sql.merge_by_key("m.t", "net", COLS, [])
+    parses(statement)
+    assert "ON true" in statement and "GROUP BY" not in statement
+
+
+def test_merge_by_key_when_every_column_is_key_only_deletes_and_inserts():
+    statement = sql.merge_by_key("m.t", "net", COLS, ["room", "n"])
+    parses(statement)
+    assert "UPDATE" not in statement and "max_by" not in statement
+
+
+def test_bound_predicates_are_literals_or_nothing():
+    from dbt.adapters.streamsql.planning.plan import KeyBound
+    bound = KeyBound("__streamsql_bound_0__", "p.id", ">=", "(SELECT MIN(a.seller) FROM d AS a)")
+    assert sql.bound_predicate(bound, "42", "bigint") == "(p.id >= CAST('42' AS bigint))"
+    # timestamps travel as epoch microseconds: no session time zone in between
+    assert sql.bound_predicate(bound, "1704067200000000", "timestamp") == \
+        "(p.id >= timestamp_micros(1704067200000000))"
+    assert sql.bound_predicate(bound, None, "bigint") == "false"  # an empty change
+    assert sql.bound_predicate(bound, "x'y", "string") == "true"  # no literal risked
+    texts = sql.bound_texts("SELECT 1 AS v0, 2 AS v1, 3 AS v2", ["timestamp", "decimal(10,2)", "string"])
+    assert "CAST(unix_micros(v0) AS STRING) AS v0" in texts
+    assert "CAST(v1 AS STRING) AS v1" in texts and "CAST(NULL AS STRING) AS v2" in texts

@@ -103,7 +103,8 @@ class StreamSQLAdapter(SparkAdapter):
 
         settings = dict(config or {})
         runner = self._step_runner(relation, settings, bool(full_refresh))
-        runner.planner = lambda sql, inputs, columns: plan_step(sql, inputs, columns, settings)
+        runner.planner = lambda sql, inputs, columns, describe: plan_step(
+            sql, inputs, columns, settings, describe)
         return self._respond(lambda: runner.run(compiled_sql))
 
     @available

@@ -30,6 +30,7 @@ class StepRecord:
     incarnation: str = ""
     input_versions: Dict[str, int] = field(default_factory=dict)
     state_version: Optional[int] = None  # the aggregate state table's version after this step
+    stage_versions: Dict[str, int] = field(default_factory=dict)  # each stage's state table's
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     max_seen: Dict[str, Optional[str]] = field(default_factory=dict)
     watermark_seen: Dict[str, Optional[str]] = field(default_factory=dict)
@@ -39,7 +40,8 @@ class StepRecord:
         return StepRecord(
             step=self.step + 1, run_id=run_id, sql_fingerprint=self.sql_fingerprint,
             incarnation=self.incarnation, input_versions=input_versions,
-            state_version=self.state_version, waterline=dict(self.waterline),
+            state_version=self.state_version, stage_versions=dict(self.stage_versions),
+            waterline=dict(self.waterline),
             max_seen=dict(self.max_seen), watermark_seen=dict(self.watermark_seen),
         )
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from dbt.adapters.streamsql.planning.plan import COUNT, GROUP_ALIAS, WEIGHT, Column
+from dbt.adapters.streamsql.planning.plan import COUNT, GROUP_ALIAS, WEIGHT, Column, KeyBound
 
 ACTION = "_streamsql_action"
 EXISTING = "_streamsql_existing"
 COPIES = "_streamsql_copies"
 PRESENT = "_streamsql_present"
+ROW = "_streamsql_row"
+KEEP = "_streamsql_keep"
 PLACEHOLDER = re.compile(r"`?(?<![A-Za-z0-9_])(__streamsql_[a-z0-9_]+?__)(?![A-Za-z0-9_])`?")
 
 
@@ -72,6 +74,12 @@ def input_changes(table_name: str, columns: Sequence[Column], after: int, upto: 
     )
 
 
+def typed_nothing(columns: Sequence[Column]) -> str:
+    """A SELECT of no rows with `columns` (to DESCRIBE SQL that reads them)."""
+    return (f"SELECT {', '.join(f'CAST(NULL AS {c.data_type}) AS {quote(c.name)}' for c in columns)}"
+            " WHERE false")
+
+
 def temp_view(name: str, select: str) -> str:
     return f"CREATE OR REPLACE TEMPORARY VIEW {name} AS {select}"
 
@@ -79,6 +87,49 @@ def temp_view(name: str, select: str) -> str:
 def cached_view(name: str, select: str) -> str:
     """Computed once, used several times in the step (eager)."""
     return f"CACHE TABLE {name} AS {select}"
+
+
+# -- key bounds -----------------------------------------------------------------------------------
+
+# Types whose values print as text that reads back as the same value, whatever the session's
+# time zone (timestamps go through epoch microseconds instead). Others get no bound.
+_BOUNDED_TYPE = re.compile(r"^(tinyint|smallint|int|bigint|float|double|decimal\(\d+,\d+\)|date|"
+                           r"timestamp_ntz)$")
+
+
+def bound_values(bounds: Sequence[KeyBound]) -> str:
+    """One row holding each bound's value, `v<i>` (bind placeholders, then DESCRIBE it for types)."""
+    return "SELECT " + ", ".join(f"{bound.value} AS v{i}" for i, bound in enumerate(bounds))
+
+
+def bound_texts(values: str, types: Sequence[str]) -> str:
+    """The values of `bound_values` as text a literal can be made of (NULL where none can)."""
+    texts = []
+    for i, data_type in enumerate(types):
+        if data_type == "timestamp":
+            texts.append(f"CAST(unix_micros(v{i}) AS STRING) AS v{i}")
+        elif _BOUNDED_TYPE.match(data_type):
+            texts.append(f"CAST(v{i} AS STRING) AS v{i}")
+        else:
+            texts.append(f"CAST(NULL AS STRING) AS v{i}")
+    return f"SELECT {', '.join(texts)} FROM ({values})"
+
+
+def bound_predicate(bound: KeyBound, text: Optional[str], data_type: str) -> str:
+    """The predicate that replaces a bound's placeholder.
+
+    `true` for a type without literals (no bound); `false` when the change holds no value (the
+    term then has no rows anyway).
+    """
+    if data_type != "timestamp" and not _BOUNDED_TYPE.match(data_type):
+        return "true"
+    if text is None:
+        return "false"
+    if data_type == "timestamp":
+        literal = f"timestamp_micros({int(text)})"
+    else:
+        literal = f"CAST('{text}' AS {data_type})"
+    return f"({bound.column} {bound.operator} {literal})"
 
 
 # -- the model's change ---------------------------------------------------------------------------
@@ -93,10 +144,11 @@ def consolidate(change_view: str, columns: Sequence[Column]) -> str:
 
 
 def change_counts(net_view: str) -> str:
+    """Rows the change inserts and deletes, and the largest number of copies of one row."""
     return (
         f"SELECT COALESCE(SUM(CASE WHEN {WEIGHT} > 0 THEN {WEIGHT} ELSE 0 END), 0) AS inserts, "
-        f"COALESCE(SUM(CASE WHEN {WEIGHT} < 0 THEN -{WEIGHT} ELSE 0 END), 0) AS deletes "
-        f"FROM {net_view}"
+        f"COALESCE(SUM(CASE WHEN {WEIGHT} < 0 THEN -{WEIGHT} ELSE 0 END), 0) AS deletes, "
+        f"COALESCE(MAX(ABS({WEIGHT})), 0) AS widest FROM {net_view}"
     )
 
 
@@ -166,6 +218,35 @@ def merge_change(target: str, net_view: str, columns: Sequence[Column],
     )
 
 
+def merge_by_key(target: str, net_view: str, columns: Sequence[Column], key: Sequence[str],
+                 target_bounds: Sequence[str] = ()) -> str:
+    """Apply a change to a table holding at most one row per `key` (an aggregate's groups).
+
+    Per key the change holds its new row (+1), its old row (-1), or both: the row is inserted,
+    deleted, or updated in place. Unlike `merge_change` this needs no count of the target's
+    copies of each row, so the target is read once, by the MERGE's own join. `key` may be
+    empty: a global aggregate's one row.
+    """
+    wanted = {name.lower() for name in key}
+    keys = [c for c in columns if c.name.lower() in wanted]
+    values = [c for c in columns if c.name.lower() not in wanted]
+    grouping = f" GROUP BY {column_list(keys)}" if keys else ""
+    chosen = (f"max_by(struct({column_list(values)}), {WEIGHT}) AS {ROW}, " if values else "")
+    source = (f"SELECT {column_list(keys) + ', ' if keys else ''}{chosen}"
+              f"MAX({WEIGHT}) > 0 AS {KEEP} FROM {net_view}{grouping}")
+    bounds = "".join(f" AND {bound}" for bound in target_bounds)
+    update = ", ".join(f"{quote(c.name)} = s.{ROW}.{quote(c.name)}" for c in values)
+    inserted = [f"s.{quote(c.name)}" if c in keys else f"s.{ROW}.{quote(c.name)}" for c in columns]
+    return (
+        f"MERGE INTO {target} AS t USING ({source}) AS s "
+        f"ON {null_safe_match(keys, 't', 's')}{bounds} "
+        f"WHEN MATCHED AND NOT s.{KEEP} THEN DELETE "
+        + (f"WHEN MATCHED THEN UPDATE SET {update} " if values else "")
+        + f"WHEN NOT MATCHED AND s.{KEEP} THEN INSERT ({column_list(columns)}) "
+        f"VALUES ({', '.join(inserted)})"
+    )
+
+
 # -- aggregate state ------------------------------------------------------------------------------
 
 def previous_groups(state: str, group_delta: str, group_columns: Sequence[Column]) -> str:
@@ -173,6 +254,18 @@ def previous_groups(state: str, group_delta: str, group_columns: Sequence[Column
     return (
         f"SELECT st.* FROM {state} st LEFT SEMI JOIN {group_delta} d "
         f"ON {null_safe_match(group_columns, 'st', 'd')}"
+    )
+
+
+def state_after(state: str, new_groups: str, group_columns: Sequence[Column]) -> str:
+    """The whole state after a step: unchanged groups, then the changed groups' new state.
+
+    Gone groups (count 0) stay in; an aggregate's output leaves them out.
+    """
+    return (
+        f"SELECT st.* FROM {state} st LEFT ANTI JOIN {new_groups} n "
+        f"ON {null_safe_match(group_columns, 'st', 'n')} "
+        f"UNION ALL SELECT * FROM {new_groups}"
     )
 
 

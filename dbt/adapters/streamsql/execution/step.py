@@ -34,7 +34,10 @@ from dbt.adapters.streamsql.planning.plan import (
     TARGET,
     WEIGHT,
     Column,
+    AggregatePlan,
     InputTable,
+    KeyBound,
+    StagePlan,
     StepPlan,
     delta_input,
     new_input,
@@ -62,10 +65,19 @@ class InjectedFault(Exception):
     """Raised at a named point of a step when the test-only fault switch asks for it."""
 
 
+# The planner as the executor calls it: (model SQL, inputs, output columns, describe) -> plan.
+Planner = Callable[[str, Sequence[InputTable], Sequence[Column], Callable[[str], Sequence[Column]]],
+                   StepPlan]
+
+
 class SqlSession(Protocol):
     def query(self, statement: str) -> List[Dict[str, Any]]: ...
 
     def run(self, statement: str) -> None: ...
+
+    def materialize(self, name: str, select: str) -> None: ...  # see AdapterSqlSession
+
+    def release(self, name: str) -> None: ...
 
 
 @dataclass
@@ -150,6 +162,18 @@ class ModelSettings:
     def pending_table(self) -> str:
         return self.table("__pending")
 
+    def stage_table(self, stage: str) -> str:  # internal: a stage's per-group partial aggregates
+        return self.table(f"__streamsql_{stage}")
+
+
+@dataclass
+class ChangedGroups:
+    """The groups of an aggregate that a step changes, as step-local views (see `_changed_groups`)."""
+
+    state: str  # the state table before the step
+    new: str  # cached: the new state of every changed group (count 0 for a group that is gone)
+    old: str  # the state of the changed groups before the step
+
 
 @dataclass
 class EventTimeRules:
@@ -164,7 +188,7 @@ class StepRunner:
         self,
         session: SqlSession,
         model: ModelSettings,
-        planner: Callable[[str, Sequence[InputTable], Sequence[Column]], StepPlan],
+        planner: Planner,
         log: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.session = session
@@ -196,7 +220,8 @@ class StepRunner:
 
         inputs = [self._describe_input(name) for name in referenced_tables(compiled_sql)]
         output_columns = self._describe_query(compiled_sql)
-        plan = self.planner(compiled_sql, [i.table for i in inputs], output_columns)
+        plan = self.planner(compiled_sql, [i.table for i in inputs], output_columns,
+                            self._describer(inputs))
         fingerprint = sql_fingerprint(compiled_sql)
         rules = self._event_time_rules(output_columns)  # fails before anything is written
 
@@ -213,13 +238,18 @@ class StepRunner:
         # netting, and on the first step the inputs' snapshots need not be copied into memory.
         insert_path = plan.strategy == "linear" and plan.monotonic
         first_step = all(previous.input_versions.get(i.table.name) is None for i in inputs)
+        # A first step's change is every row: bounding its joins would cost a scan and skip nothing.
+        self._bounded = not first_step
         views, removals = self._bind_inputs(inputs, previous, result,
                                             cache_snapshots=not insert_path)
         record = previous.next(self.run_id, versions)
 
-        # Everything a step reads is pinned to a version: Spark re-computes cached views when a
-        # table under them changes, and this step itself changes the state and target tables.
+        # Everything a step reads is pinned to a version: this step itself changes the state and
+        # target tables, and over Thrift Spark re-computes cached views when a table under them
+        # changes (the embedded session materializes them without lineage: `materialize`).
         writes: List[Callable[[], None]] = []
+        for stage in plan.stages:
+            removals += self._stage_change(stage, views, previous, record, writes)
         if plan.strategy == "aggregate":
             net = self._aggregate_change(plan, views, rules, previous, record, writes)
         else:
@@ -228,6 +258,7 @@ class StepRunner:
                 target_version = self._latest_version(self.model.target)
             views[TARGET] = self._view("target", sql.input_as_of(self.model.target,
                                                                  target_version))
+            self._bind_bounds(plan.bounds, views)
             # Used once, by `net`: a plain view, so Spark plans both as one query.
             change = self._view("change", sql.bind_placeholders(plan.change_sql or "", views))
             if insert_path and removals == 0 and first_step:
@@ -238,7 +269,8 @@ class StepRunner:
                 net = self._cache("net", f"SELECT * FROM {change}")
             else:
                 net = self._cache("net", sql.consolidate(change, plan.output_columns))
-        return self._finish(net, plan.output_columns, rules, previous, record, result, writes)
+        return self._finish(net, plan.output_columns, rules, previous, record, result, writes,
+                            key=self._merge_key(plan, rules))
 
     def flush(self) -> StepResult:
         """Release every held change (`streamsql_flush`): a step that reads no input."""
@@ -267,12 +299,14 @@ class StepRunner:
 
     def _finish(self, net: str, columns: Sequence[Column], rules: "EventTimeRules",
                 previous: StepRecord, record: StepRecord, result: StepResult,
-                writes: List[Callable[[], None]], release_all: bool = False) -> StepResult:
+                writes: List[Callable[[], None]], release_all: bool = False,
+                key: Optional[Sequence[str]] = None) -> StepResult:
         """WATERMARK, then LATENESS, then the model's commit: the end of every step.
 
         Everything is computed (into cached views) before anything is written, so a step refused
         here (append_only) leaves no trace; `writes` then run in order: the aggregate state, held
-        rows, the quarantine and waterline, and last the model's own commit.
+        rows, the quarantine and waterline, and last the model's own commit. `key`: columns the
+        model holds at most one row per (see `_merge_key`).
         """
         if rules.watermark:
             net = self._apply_watermark(net, columns, rules.watermark, previous, record, result,
@@ -282,6 +316,8 @@ class StepRunner:
                                        writes)
         counts = self.session.query(sql.change_counts(net))[0]
         result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
+        if int(counts["widest"]) > 1:  # several copies of one row: not one row per key
+            key = None
         if self.model.append_only and result.deleted:
             raise StepError(
                 f"Model {self.model.name} is configured append_only, but step {record.step} "
@@ -402,6 +438,7 @@ class StepRunner:
                     "table no longer matches its query. Run `dbt run --full-refresh --select "
                     f"{model.name}` to rebuild it from its inputs."
                 )
+            self._require_bookkeeping(plan, previous)
             # LATENESS or WATERMARK may have been added to the config since the last step.
             self._create_event_time_tables(output_columns, rules, replace=False)
             return self._recover(plan, previous)
@@ -409,12 +446,13 @@ class StepRunner:
         self._create_event_time_tables(output_columns, rules, replace=True)
         record = StepRecord(step=0, run_id=self.run_id, sql_fingerprint=fingerprint,
                             incarnation=self.run_id)
+        describe_views = self._describe_views(inputs, plan.stages)
+        for stage in plan.stages:
+            record.stage_versions[stage.name] = self._create_state_table(
+                self.model.stage_table(stage.name), stage.aggregate, describe_views)
         if plan.aggregate is not None:
-            # Internal: nobody reads its change feed, so its MERGEs need not write one.
-            self.session.run(sql.create_table(self.model.state_table,
-                                              self._state_columns(plan, inputs),
-                                              {"delta.enableChangeDataFeed": "false"}))
-            record.state_version = self._latest_version(self.model.state_table)
+            record.state_version = self._create_state_table(
+                self.model.state_table, plan.aggregate, describe_views)
         self._with_record(record, lambda: self.session.run(sql.create_table(
             model.target, output_columns, model.tblproperties, model.partition_by,
             model.cluster_by, model.location)), idempotent=False)
@@ -448,29 +486,66 @@ class StepRunner:
                 statement = statement.replace("CREATE OR REPLACE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
             self.session.run(statement)
 
-    def _state_columns(self, plan: StepPlan, inputs: Sequence[InputState]) -> List[Column]:
-        """The state table's columns; types the planner could not infer come from Spark."""
-        assert plan.aggregate is not None
-        declared = list(plan.aggregate.state_columns)
-        if all(c.data_type for c in declared):
-            return declared
+    def _describer(self, inputs: Sequence[InputState]) -> Callable[[str], List[Column]]:
+        """DESCRIBE QUERY of a SELECT over the inputs' `new` placeholders (for the planner)."""
+        views = {new_input(i): f"(SELECT * FROM {item.relation})" for i, item in enumerate(inputs)}
+        return lambda select: self._describe_query(sql.bind_placeholders(select, views))
+
+    @staticmethod
+    def _describe_views(inputs: Sequence[InputState],
+                        stages: Sequence[StagePlan]) -> Dict[str, str]:
+        """Relations with the columns of every placeholder, to DESCRIBE a plan's SQL with."""
         views: Dict[str, str] = {}
         for i, item in enumerate(inputs):
             views[new_input(i)] = views[old_input(i)] = f"(SELECT * FROM {item.relation})"
             views[delta_input(i)] = (f"(SELECT *, CAST(1 AS BIGINT) AS {WEIGHT} "
                                      f"FROM {item.relation})")
-        described = {c.name: c.data_type for c in self._describe_query(
-            sql.bind_placeholders(plan.aggregate.delta_sql, views))}
-        return [Column(c.name, c.data_type or described[c.name]) for c in declared]
+        for stage in stages:
+            views[new_input(stage.position)] = views[old_input(stage.position)] = (
+                f"({sql.typed_nothing(stage.columns)})")
+            views[delta_input(stage.position)] = (
+                f"({sql.typed_nothing(list(stage.columns) + [Column(WEIGHT, 'bigint')])})")
+        return views
+
+    def _create_state_table(self, table: str, aggregate: AggregatePlan,
+                            describe_views: Mapping[str, str]) -> int:
+        """An empty state table for `aggregate`; returns its version."""
+        declared = list(aggregate.state_columns)
+        if not all(c.data_type for c in declared):  # types the planner could not infer
+            unbounded = {bound.name: "true" for bound in aggregate.bounds}
+            described = {c.name: c.data_type for c in self._describe_query(
+                sql.bind_placeholders(aggregate.delta_sql, {**describe_views, **unbounded}))}
+            declared = [Column(c.name, c.data_type or described[c.name]) for c in declared]
+        # Internal: nobody reads its change feed, so its MERGEs need not write one.
+        self.session.run(sql.create_table(table, declared, {"delta.enableChangeDataFeed": "false"}))
+        return self._latest_version(table)
+
+    def _state_tables(self, plan: StepPlan, record: StepRecord) -> List[Tuple[str, Optional[int]]]:
+        """(state table, its version in `record`) for the plan's stages and top aggregate."""
+        tables = [(self.model.stage_table(stage.name), record.stage_versions.get(stage.name))
+                  for stage in plan.stages]
+        if plan.aggregate is not None:
+            tables.append((self.model.state_table, record.state_version))
+        return tables
+
+    def _require_bookkeeping(self, plan: StepPlan, previous: StepRecord) -> None:
+        """A table built when the model was planned another way lacks this plan's state tables."""
+        if any(version is None for _, version in self._state_tables(plan, previous)):
+            raise StepError(
+                f"Model {self.model.name} is now maintained by a {plan.strategy} plan "
+                f"({plan.reason}) that keeps per-group state its table was not built with (it "
+                f"was last stepped by another plan, e.g. under an earlier dbt-streamsql). Run "
+                f"`dbt run --full-refresh --select {self.model.name}` once to rebuild it."
+            )
 
     def _recover(self, plan: StepPlan, previous: StepRecord) -> StepRecord:
         """Undo what a failed attempt of the next step left in side tables."""
-        if plan.aggregate is not None and previous.state_version is not None:
-            current = self._latest_version(self.model.state_table)
-            if current != previous.state_version:
-                self.log(f"{self.model.name}: undoing an interrupted step in its state table "
-                         f"(version {current} -> {previous.state_version})")
-                self.session.run(sql.restore(self.model.state_table, previous.state_version))
+        for table, version in self._state_tables(plan, previous):
+            current = self._latest_version(table)
+            if current != version:
+                self.log(f"{self.model.name}: undoing an interrupted step in {table} "
+                         f"(version {current} -> {version})")
+                self.session.run(sql.restore(table, version))
         return previous
 
     def _target_exists(self) -> bool:
@@ -488,48 +563,119 @@ class StepRunner:
     def _aggregate_change(self, plan: StepPlan, views: Dict[str, str], rules: "EventTimeRules",
                           previous: StepRecord, record: StepRecord,
                           writes: List[Callable[[], None]]) -> str:
+        """The top aggregate's change to the model (its state is written by `writes`)."""
         aggregate = plan.aggregate
-        assert aggregate is not None
-        group_columns = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
-        assert previous.state_version is not None
-        views[GROUP_DELTA] = self._cache("group_delta",
-                                         sql.bind_placeholders(aggregate.delta_sql, views))
+        assert aggregate is not None and previous.state_version is not None
         state = sql.input_as_of(self.model.state_table, previous.state_version)
-        bounds = self._state_bounds(aggregate, views[GROUP_DELTA], rules, previous)
-        if bounds:
-            state = (f"SELECT * FROM ({state}) AS {GROUP_ALIAS} "
-                     f"WHERE {' AND '.join(bounds)}")
-        views[STATE] = self._view("state", state)
+        bounds: List[str] = []
+
+        def bounded_state(group_delta: str) -> str:
+            bounds.extend(self._state_bounds(aggregate, group_delta, rules, previous))
+            if not bounds:
+                return state
+            return f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE {' AND '.join(bounds)}"
+
+        groups = self._changed_groups("", aggregate, views, bounded_state)
+        # The table starts empty, even where the query's old output is not (a global aggregate
+        # has one row over no input): on the first step there is nothing to delete.
+        net = self._output_net("", aggregate, groups, plan.output_columns,
+                               nothing_before=previous.step == 0)
+
+        def remember(version: int) -> None:
+            record.state_version = version
+
+        writes.append(self._state_write(self.model.state_table, aggregate, groups, bounds,
+                                        remember))
+        return net
+
+    def _stage_change(self, stage: StagePlan, views: Dict[str, str], previous: StepRecord,
+                      record: StepRecord, writes: List[Callable[[], None]]) -> int:
+        """Bind a stage's placeholders (its result before and after the step, and the change).
+
+        Returns how many rows of the change are removals.
+        """
+        aggregate, label, position = stage.aggregate, f"{stage.name}_", stage.position
+        table = self.model.stage_table(stage.name)
+        state = sql.input_as_of(table, previous.stage_versions[stage.name])
+        groups = self._changed_groups(label, aggregate, views, lambda _: state)
+        net = self._output_net(label, aggregate, groups, stage.columns)
+        state_after = self._view(f"{label}state_after", sql.state_after(
+            groups.state, groups.new, self._group_columns(aggregate)))
+        columns = sql.column_list(stage.columns)
+        for version, placeholder, state_view in (("old", old_input(position), groups.state),
+                                                 ("new", new_input(position), state_after)):
+            output = sql.bind_placeholders(aggregate.output_sql, {GROUPS: state_view})
+            views[placeholder] = self._view(f"{label}{version}", f"SELECT {columns} FROM ({output})")
+        views[delta_input(position)] = net
+
+        def remember(version: int) -> None:
+            record.stage_versions[stage.name] = version
+
+        writes.append(self._state_write(table, aggregate, groups, [], remember))
+        return int(self.session.query(sql.count_changes(net))[0]["removals"])
+
+    def _bind_bounds(self, bounds: Sequence[KeyBound], views: Dict[str, str]) -> None:
+        """Put each key bound's predicate, with the change's MIN/MAX as literals, into `views`."""
+        if not bounds:
+            return
+        if not self._bounded:
+            views.update({bound.name: "true" for bound in bounds})
+            return
+        values = sql.bind_placeholders(sql.bound_values(bounds), views)
+        types = [row["data_type"] for row in self._describe_rows(f"DESCRIBE QUERY {values}")]
+        texts = self.session.query(sql.bound_texts(values, types))[0]
+        for i, bound in enumerate(bounds):
+            views[bound.name] = sql.bound_predicate(bound, texts[f"v{i}"], types[i])
+
+    @staticmethod
+    def _group_columns(aggregate: AggregatePlan) -> List[Column]:
+        return [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
+
+    def _changed_groups(self, label: str, aggregate: AggregatePlan, views: Mapping[str, str],
+                        state_of: Callable[[str], str]) -> ChangedGroups:
+        """Group delta, state before the step, and the old and new state of changed groups.
+
+        `state_of(group delta view)` is the SELECT of the state to combine with.
+        """
+        self._bind_bounds(aggregate.bounds, views)
+        group_delta = self._cache(f"{label}group_delta",
+                                  sql.bind_placeholders(aggregate.delta_sql, views))
+        state = self._view(f"{label}state", state_of(group_delta))
+        local = {**views, GROUP_DELTA: group_delta, STATE: state}
         combine = aggregate.combine_sql
         if aggregate.recompute_check_sql and aggregate.combine_without_recompute_sql:
-            check = sql.bind_placeholders(aggregate.recompute_check_sql, views)
+            check = sql.bind_placeholders(aggregate.recompute_check_sql, local)
             if int(self.session.query(check)[0]["n"]) == 0:
                 # No deleted value can have been a MIN/MAX: skip re-reading the inputs' history.
                 combine = aggregate.combine_without_recompute_sql
-        new_groups = self._cache("groups_new", sql.bind_placeholders(combine, views))
-        # Read once each, by `net`: plain views, planned together with it.
-        old_groups = self._view("groups_old", sql.previous_groups(
-            views[STATE], views[GROUP_DELTA], group_columns))
-        output_new = sql.bind_placeholders(aggregate.output_sql, {**views, GROUPS: new_groups})
-        output_old = sql.bind_placeholders(aggregate.output_sql, {**views, GROUPS: old_groups})
-        if previous.step == 0:
-            # The table starts empty, even where the query's old output is not (a global
-            # aggregate has one row over no input): there is nothing to delete.
+        new = self._cache(f"{label}groups_new", sql.bind_placeholders(combine, local))
+        # Read once, by the output change: a plain view, planned together with it.
+        old = self._view(f"{label}groups_old", sql.previous_groups(
+            state, group_delta, self._group_columns(aggregate)))
+        return ChangedGroups(state, new, old)
+
+    def _output_net(self, label: str, aggregate: AggregatePlan, groups: ChangedGroups,
+                    columns: Sequence[Column], nothing_before: bool = False) -> str:
+        """The consolidated change of the aggregate's output rows (cached view)."""
+        output_new = sql.bind_placeholders(aggregate.output_sql, {GROUPS: groups.new})
+        output_old = sql.bind_placeholders(aggregate.output_sql, {GROUPS: groups.old})
+        if nothing_before:
             output_old = f"SELECT * FROM ({output_old}) WHERE false"
-        change = self._view("change", sql.output_change(output_new, output_old,
-                                                        plan.output_columns))
-        net = self._cache("net", sql.consolidate(change, plan.output_columns))
+        change = self._view(f"{label}change", sql.output_change(output_new, output_old, columns))
+        return self._cache(f"{label}net", sql.consolidate(change, columns))
+
+    def _state_write(self, table: str, aggregate: AggregatePlan, groups: ChangedGroups,
+                     bounds: Sequence[str], remember: Callable[[int], None]) -> Callable[[], None]:
+        """The write of a state table's changed groups; `remember` gets its new version."""
 
         def write_state() -> None:
             self._checkpoint("before_state")
-            self._with_record(record, lambda: self.session.run(sql.merge_state(
-                self.model.state_table, new_groups, group_columns, aggregate.state_columns,
-                bounds)), idempotent=False)
-            record.state_version = self._latest_version(self.model.state_table)
+            self.session.run(sql.merge_state(table, groups.new, self._group_columns(aggregate),
+                                             aggregate.state_columns, bounds))
+            remember(self._latest_version(table))
             self._checkpoint("after_state")
 
-        writes.append(write_state)
-        return net
+        return write_state
 
     def _state_bounds(self, aggregate: Any, group_delta: str, rules: "EventTimeRules",
                       previous: StepRecord) -> List[str]:
@@ -552,6 +698,22 @@ class StepRunner:
             bounds.append(late.open_groups(rule, expression, waterline,
                                            [row["v"] for row in touched]))
         return bounds
+
+    @staticmethod
+    def _merge_key(plan: StepPlan, rules: "EventTimeRules") -> Optional[Sequence[str]]:
+        """The model's key when a change may be applied by key: an aggregate naming its groups.
+
+        Only when every LATENESS and WATERMARK column is part of the key: otherwise a group's old
+        row may be late (not deleted) while its new row is on time (inserted), and the model
+        then rightly holds both.
+        """
+        if plan.aggregate is None or plan.aggregate.key_columns is None:
+            return None
+        key = {name.lower() for name in plan.aggregate.key_columns}
+        timed = [rule.column.name for rule in list(rules.lateness) + list(rules.watermark)]
+        if any(name.lower() not in key for name in timed):
+            return None
+        return plan.aggregate.key_columns
 
     # -- lateness ---------------------------------------------------------------------------------
 
@@ -648,9 +810,12 @@ class StepRunner:
     # -- commit -----------------------------------------------------------------------------------
 
     def _commit(self, net: str, columns: Sequence[Column], result: StepResult,
-                record: StepRecord, target_bounds: Sequence[str] = ()) -> None:
+                record: StepRecord, target_bounds: Sequence[str] = (),
+                key: Optional[Sequence[str]] = None) -> None:
         target = self.model.target
-        if result.deleted:
+        if result.deleted and key is not None:
+            statement = sql.merge_by_key(target, net, columns, key, target_bounds)
+        elif result.deleted:
             statement = sql.merge_change(target, net, columns, target_bounds)
         elif result.inserted:
             statement = sql.insert_copies(target, net, columns)

@@ -133,9 +133,9 @@ def distinct_over_union(union: exp.Union, names: Sequence[str]) -> exp.Select:
 class AggregatePlanner:
     """Plans one aggregate model; see the module docstring for the state it keeps."""
 
-    def __init__(self, oracle: TypeOracle):
+    def __init__(self, oracle: TypeOracle, bound_prefix: str = ""):
         self._oracle = oracle
-        self._builder = DeltaBuilder()
+        self._builder = DeltaBuilder(bound_prefix=bound_prefix)
         self.methods: List[str] = []
 
     # -- shape ---------------------------------------------------------------------------------
@@ -150,13 +150,16 @@ class AggregatePlanner:
             raise RecomputeRequired("the query's columns do not match the model's columns")
         query, output_sql = self._plan_select(tree, names, [c.data_type for c in output_columns])
         top_level = is_aggregate_select(tree)
+        delta_sql = self._delta_sql(query).sql(DIALECT)
         plan = AggregatePlan(
             group_columns=tuple(group_column(k) for k in range(len(query.groups))),
             state_columns=self._state_columns(query),
-            delta_sql=self._delta_sql(query).sql(DIALECT),
+            delta_sql=delta_sql,
+            bounds=tuple(self._builder.bounds.values()),
             combine_sql=self._combine_sql(query).sql(DIALECT),
             output_sql=output_sql.sql(DIALECT),
             group_outputs=self._group_outputs(query) if top_level else (),
+            key_columns=self._key_columns(query) if top_level else None,
             **self._shortcut(query),
         )
         return AggregateResult(plan=plan, reason=self._reason(query))
@@ -391,13 +394,31 @@ class AggregatePlanner:
             delta.set("having", exp.Having(this=exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))))
         return delta
 
-    def _needs_recompute(self, call: AggregateCall) -> exp.Expression:
-        """True when a deleted value may have been the group's MIN/MAX."""
-        deleted = exp.column(call.deleted, table=DELTA_ALIAS)
-        old = exp.column(call.value, table=STATE_ALIAS)
-        still_beyond = (exp.GT if call.method == MIN else exp.LT)(this=deleted.copy(), expression=old)
+    @staticmethod
+    def _may_lose_extreme(call: AggregateCall, table: Optional[str] = None) -> exp.Expression:
+        """True when the group delta deletes a value and inserts nothing more extreme.
+
+        If the most extreme inserted value is strictly more extreme than every deleted one, no
+        copy of it was deleted, so it is in the group after the step and the new extreme is the
+        old one combined with it, whatever was deleted (an update that raises a MAX, a count
+        going up under a MAX of counts): no recompute is needed. Strictly: a step's delta is not
+        netted, and a value inserted and deleted within the step is in both.
+        """
+        deleted = exp.column(call.deleted, table=table)
+        inserted = exp.column(call.value, table=table)
+        replaced = (exp.GT if call.method == MAX else exp.LT)(this=inserted, expression=deleted.copy())
         return exp.and_(
             exp.Not(this=exp.Is(this=deleted, expression=exp.Null())),
+            exp.Not(this=exp.Coalesce(this=replaced, expressions=[exp.false()])),
+        )
+
+    def _needs_recompute(self, call: AggregateCall) -> exp.Expression:
+        """True when a deleted value may have been the group's MIN/MAX and nothing replaces it."""
+        deleted = exp.column(call.deleted, table=DELTA_ALIAS)
+        old = exp.column(call.value, table=STATE_ALIAS)
+        still_beyond = (exp.GT if call.method == MIN else exp.LT)(this=deleted, expression=old)
+        return exp.and_(
+            self._may_lose_extreme(call, DELTA_ALIAS),
             exp.Not(this=exp.Coalesce(this=still_beyond, expressions=[exp.false()])),
         )
 
@@ -425,22 +446,40 @@ class AggregatePlanner:
             found.append((name, value.sql(DIALECT)))
         return tuple(found)
 
+    @staticmethod
+    def _key_columns(query: AggregateQuery) -> Optional[Tuple[str, ...]]:
+        """Output columns that name each group: its value, or a window group's start or end.
+
+        A tumbling or hopping window has one duration, so its start (or end) names it.
+        """
+        names: List[str] = []
+        for group in query.groups:
+            is_window = isinstance(group, exp.Anonymous) and group.name.lower() == "window"
+            for name, expression, _ in query.outputs:
+                if expression == group or (is_window and isinstance(expression, exp.Dot)
+                                           and expression.this == group
+                                           and expression.name.lower() in ("start", "end")):
+                    names.append(name)
+                    break
+            else:
+                return None
+        return tuple(dict.fromkeys(names))
+
     def _shortcut(self, query: AggregateQuery) -> dict:
         """The combine without the recompute join, and when it may be used.
 
-        Only MIN/MAX need the recompute, and only after a deletion; a step whose group delta
-        deletes no MIN/MAX input value (every append-only step) combines from the state alone
-        instead of scanning the inputs' history.
+        Only MIN/MAX need the recompute, and only after a deletion nothing inserted outdoes
+        (`_may_lose_extreme`); a step without one (every append-only step, and steps whose updates
+        only push extremes further out) combines from the state alone instead of scanning the
+        inputs' history.
         """
         extremes = [c for c in query.calls if c.method in (MIN, MAX)]
         if not extremes or any(c.method == RECOMPUTE for c in query.calls):
             return {}
-        deleted = exp.or_(*(exp.Not(this=exp.Is(this=exp.column(c.deleted), expression=exp.Null()))
-                            for c in extremes))
         check = exp.Select(
             expressions=[exp.alias_(exp.Count(this=exp.Star()), "n")],
             from_=exp.From(this=exp.Table(this=exp.to_identifier(GROUP_DELTA))),
-        ).where(deleted)
+        ).where(exp.or_(*(self._may_lose_extreme(c) for c in extremes)))
         return {
             "combine_without_recompute_sql": self._combine_sql(query, recompute=False).sql(DIALECT),
             "recompute_check_sql": check.sql(DIALECT),

@@ -20,14 +20,22 @@ evaluates the same block with every source at a *version*: "new", "old" or "delt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.binding import bound_input
+from dbt.adapters.streamsql.planning.bounds import aliases_of, conjuncts, extreme_of, range_facts
 from dbt.adapters.streamsql.planning.constructs import require_linear_select
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
-from dbt.adapters.streamsql.planning.plan import WEIGHT, delta_input, new_input, old_input
+from dbt.adapters.streamsql.planning.plan import (
+    WEIGHT,
+    KeyBound,
+    bound_placeholder,
+    delta_input,
+    new_input,
+    old_input,
+)
 
 NEW, OLD, DELTA = "new", "old", "delta"
 _PLACEHOLDERS = {NEW: new_input, OLD: old_input, DELTA: delta_input}
@@ -88,9 +96,15 @@ def _placeholder_table(name: str, table: exp.Expression) -> exp.Table:
 
 @dataclass
 class DeltaBuilder:
-    """Builds deltas and records which constructs it met (for the plan's reason)."""
+    """Builds deltas and records which constructs it met (for the plan's reason).
+
+    `bounds` collects the key bounds of the terms it renders (bounds.py), named with
+    `bound_prefix` so that the plans of one step (stages, top) never share a name.
+    """
 
     constructs: Set[str] = field(default_factory=set)
+    bound_prefix: str = ""
+    bounds: Dict[str, KeyBound] = field(default_factory=dict)
 
     @property
     def uses_left_join(self) -> bool:
@@ -183,6 +197,42 @@ class DeltaBuilder:
                     terms.append(Term((OLD,) * position + (DELTA,), self._delta_weight(source)))
         return terms
 
+    def term_bounds(self, select: exp.Select, sources: Sequence[Source], term: Term) -> List[exp.Expression]:
+        """Key-bound placeholders for the term's sources other than its one changed table.
+
+        Only inner joins: a term of a block with a LEFT JOIN evaluates whole sides, not a change.
+        """
+        if term.restrictions or list(term.versions).count(DELTA) != 1:
+            return []
+        if any(s.join is not None and s.join.side.upper() == "LEFT" for s in sources):
+            return []
+        changed = sources[term.versions.index(DELTA)]
+        index = bound_input(changed.node)
+        if index is None:
+            return []
+        conditions = conjuncts(select.args.get("where") and select.args["where"].this)
+        for source in sources:
+            if source.join is not None:
+                conditions += conjuncts(source.join.args.get("on"))
+        placeholders: List[exp.Expression] = []
+        for source, version in zip(sources, term.versions):
+            if version == DELTA or is_constant(source.node) or source.alias == changed.alias:
+                continue
+            for condition in conditions:
+                for column, side, expression in range_facts(condition, source.alias, changed.alias):
+                    bound = KeyBound("", column.sql(), side,
+                                     extreme_of(expression, side, delta_input(index), changed.alias))
+                    placeholders.append(exp.column(self._named(bound)))
+        return placeholders
+
+    def _named(self, bound: KeyBound) -> str:
+        for name, known in self.bounds.items():
+            if (known.column, known.operator, known.value) == (bound.column, bound.operator, bound.value):
+                return name
+        name = bound_placeholder(self.bound_prefix, len(self.bounds))
+        self.bounds[name] = KeyBound(name, bound.column, bound.operator, bound.value)
+        return name
+
     def _delta_weight(self, source: Source) -> exp.Expression:
         return exp.column(WEIGHT, table=source.alias)
 
@@ -225,30 +275,16 @@ def equi_join_keys(
 ) -> List[Tuple[exp.Expression, exp.Expression]]:
     """(left expression, right expression) pairs of the `=`/`<=>` conjuncts relating the two sides."""
     pairs = []
-    for conjunct in _conjuncts(condition):
+    for conjunct in conjuncts(condition):
         if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
             continue
         first, second = conjunct.this, conjunct.expression
-        first_tables, second_tables = _tables_of(first), _tables_of(second)
+        first_tables, second_tables = aliases_of(first), aliases_of(second)
         if first_tables and first_tables <= left_aliases and second_tables == {right_alias}:
             pairs.append((first, second))
         elif second_tables and second_tables <= left_aliases and first_tables == {right_alias}:
             pairs.append((second, first))
     return pairs
-
-
-def _conjuncts(condition: Optional[exp.Expression]) -> List[exp.Expression]:
-    if condition is None:
-        return []
-    if isinstance(condition, exp.Paren):
-        return _conjuncts(condition.this)
-    if isinstance(condition, exp.And):
-        return _conjuncts(condition.this) + _conjuncts(condition.expression)
-    return [condition]
-
-
-def _tables_of(node: exp.Expression) -> Set[str]:
-    return {column.table for column in node.find_all(exp.Column)}
 
 
 def render_from(builder: DeltaBuilder, sources: Sequence[Source], term: Term) -> Tuple[exp.From, List[exp.Join]]:
@@ -292,6 +328,9 @@ def render_block(
         block.set("joins", joins or None)
     chosen = [p.copy() for p in (projections if projections is not None else select.expressions)]
     block.set("expressions", chosen + [exp.alias_(term.weight.copy(), WEIGHT)])
+    bounds = builder.term_bounds(select, sources, term) if sources else []
+    if bounds:
+        block = block.where(exp.and_(*bounds))
     return block
 
 

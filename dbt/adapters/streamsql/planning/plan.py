@@ -18,7 +18,10 @@ executor replaces (as whole identifiers) by temporary views:
     __streamsql_groups__     (aggregate plans) a relation with the state table's columns
     __streamsql_target__     (recompute plans) the model's table as of the previous step
 
-`<i>` is the position of the input in `StepPlan.inputs`.
+`<i>` is the position of the input in `StepPlan.inputs`; positions after the last input are the
+plan's stages (`StepPlan.stages`, `StagePlan.position`): an aggregate below the top of the query,
+read by the rest of the plan like one more input (new, old and delta as above, over the stage's
+columns).
 
 Every "change" SQL returns the model's output columns, in order, plus `_streamsql_weight` BIGINT.
 A change need not be consolidated (the same row may appear with +1 and -1); the executor
@@ -70,6 +73,24 @@ class InputTable:
 
 
 @dataclass(frozen=True)
+class KeyBound:
+    """A range predicate a join term puts on a source other than its change (planning/bounds.py).
+
+    The term's SQL holds `name` where the predicate goes; the executor replaces it by
+    `column operator <value as a literal>`, or by `true`.
+    """
+
+    name: str  # a placeholder, `__streamsql_bound_...__`
+    column: str  # the bounded column as the term names it, e.g. "p.id"
+    operator: str  # ">=" or "<="
+    value: str  # a scalar SELECT over one delta placeholder: the MIN or MAX the column is held to
+
+
+def bound_placeholder(prefix: str, number: int) -> str:
+    return f"__streamsql_bound_{prefix}{number}__"
+
+
+@dataclass(frozen=True)
 class AggregatePlan:
     """Maintains GROUP BY / DISTINCT through a state table of per-group partial aggregates.
 
@@ -104,6 +125,28 @@ class AggregatePlan:
     # column tells which groups are final, so a step can skip their state.
     group_outputs: Tuple[Tuple[str, str], ...] = ()
     recompute_check_sql: Optional[str] = None
+    # Key bounds `delta_sql` holds (joins below the aggregate).
+    bounds: Tuple[KeyBound, ...] = ()
+    # Output columns whose values name the row's group (a group's own value, or a window's
+    # start or end), when there is such a set: the model then holds at most one row per key, and
+    # the executor can apply a change as updates by key. () for a global aggregate (one row);
+    # None when the output does not name its groups.
+    key_columns: Optional[Tuple[str, ...]] = None
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """An aggregate block below the top of the query, maintained with a state table of its own.
+
+    The rest of the plan (later stages, the top) reads the stage's result as input `position`.
+    Its `aggregate` plan reads the inputs and earlier stages only (planning/stages.py).
+    """
+
+    name: str  # "stage0", ...: its state table is `<model>__streamsql_<name>`
+    position: int
+    columns: Tuple[Column, ...]
+    aggregate: AggregatePlan
+    reason: str  # e.g. "group by (max)"
 
 
 @dataclass(frozen=True)
@@ -124,3 +167,7 @@ class StepPlan:
     # insert, the executor appends the change without netting it.
     monotonic: bool = False
     notes: Dict[str, str] = field(default_factory=dict)
+    # Aggregates below the top of the query, in the order the executor maintains them.
+    stages: Tuple[StagePlan, ...] = ()
+    # Key bounds `change_sql` holds (linear plans).
+    bounds: Tuple[KeyBound, ...] = ()

@@ -7,11 +7,15 @@ Strategy, by the shape of the query (section 3 of SPEC.md lists what the fast pa
 - "aggregate": a GROUP BY / DISTINCT / UNION / global aggregate at the top, possibly under a
   projection and filter, over any linear FROM clause (`aggregate.py`);
 - "recompute": everything else (`recompute.py`), with the construct that forced it as reason.
+
+Aggregates anywhere else in the query (below a join, below another aggregate, in a UNION ALL
+branch) are lifted out as stages (`stages.py`): each is maintained by an aggregate plan of its
+own, and the rest of the query is planned over their results as if they were inputs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from sqlglot import exp
 
@@ -19,12 +23,17 @@ from dbt.adapters.streamsql.planning.aggregate import AggregatePlanner, is_aggre
 from dbt.adapters.streamsql.planning.binding import DIALECT, bind_tree, bound_input, parse_query
 from dbt.adapters.streamsql.planning.constructs import drop_ordering, nonlinear_construct
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
-from dbt.adapters.streamsql.planning.linear import DeltaBuilder
-from dbt.adapters.streamsql.planning.plan import Column, InputTable, StepPlan
+from dbt.adapters.streamsql.planning.linear import NEW, DeltaBuilder, at_version
+from dbt.adapters.streamsql.planning.plan import Column, InputTable, StagePlan, StepPlan
 from dbt.adapters.streamsql.planning.recompute import recompute_change_sql
+from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages
 from dbt.adapters.streamsql.planning.types import TypeOracle
 
-__all__ = ["plan_step", "PlanningError"]
+__all__ = ["plan_step", "PlanningError", "Describe"]
+
+# Given a SELECT over the `new` placeholders of the inputs, its result columns (DESCRIBE QUERY).
+Describe = Callable[[str], Sequence[Column]]
+FAST_PATH = "fast path: "
 
 _CONSTRUCT_ORDER = ("filter", "projection", "union all", "inner join", "left join", "lateral view", "derived table")
 
@@ -34,6 +43,7 @@ def plan_step(
     inputs: Sequence[InputTable],
     output_columns: Sequence[Column],
     config: Optional[Mapping[str, Any]] = None,
+    describe: Optional[Describe] = None,
 ) -> StepPlan:
     """Plans one step of an incremental view.
 
@@ -43,6 +53,8 @@ def plan_step(
             in the plan's SQL only through the placeholders of position i.
         output_columns: the model's result columns and types, in order (DESCRIBE QUERY).
         config: the model's config; not used by the planner yet.
+        describe: tells the result types of a stage's SELECT (the executor asks Spark). Without
+            it, stage columns have unknown types and the plan falls back to what needs none.
 
     Raises:
         PlanningError: the SQL is not one query, or it reads a table that is not an input.
@@ -56,26 +68,30 @@ def plan_step(
         return _recompute(sql, None, inputs, output_columns, str(why))
     try:
         tree = bind_tree(query, inputs)
-        return _fast_plan(tree, inputs, output_columns)
+        return _fast_plan(tree, inputs, output_columns, describe)
     except RecomputeRequired as why:
         return _recompute(sql, query, inputs, output_columns, str(why))
 
 
-def _fast_plan(tree: exp.Query, inputs, output_columns) -> StepPlan:
+def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Describe]) -> StepPlan:
     obstacle = nonlinear_construct(tree)
     if obstacle:
         raise RecomputeRequired(obstacle)
     if not any(bound_input(t) is not None for t in tree.find_all(exp.Table)):
         raise RecomputeRequired("the query reads no input")
     drop_ordering(tree)
+    stages = _plan_stages(lift_stages(tree, len(inputs)), inputs, describe)
+    readable = tuple(inputs) + tuple(InputTable(s.name, s.columns) for s in stages)
+    stage_note = _stage_note(stages)
     if _is_aggregate(tree):
-        result = AggregatePlanner(TypeOracle(inputs)).plan(tree, output_columns)
+        result = AggregatePlanner(TypeOracle(readable)).plan(tree, output_columns)
         return StepPlan(
             strategy="aggregate",
-            reason=result.reason,
+            reason=result.reason + stage_note,
             inputs=inputs,
             output_columns=output_columns,
             aggregate=result.plan,
+            stages=stages,
         )
     _name_outputs(tree, [c.name for c in output_columns])
     builder = DeltaBuilder()
@@ -83,12 +99,48 @@ def _fast_plan(tree: exp.Query, inputs, output_columns) -> StepPlan:
     constructs = [c for c in _CONSTRUCT_ORDER if c in builder.constructs]
     return StepPlan(
         strategy="linear",
-        reason="fast path: " + ", ".join(constructs),
+        reason=FAST_PATH + ", ".join(constructs) + stage_note,
         inputs=inputs,
         output_columns=output_columns,
         change_sql=change.sql(DIALECT),
         monotonic=not builder.uses_left_join,
+        stages=stages,
+        bounds=tuple(builder.bounds.values()),
     )
+
+
+def _plan_stages(lifted: Sequence[LiftedStage], inputs: Sequence[InputTable],
+                 describe: Optional[Describe]) -> tuple:
+    """An aggregate plan per lifted stage, each over the inputs and the stages before it."""
+    readable: List[InputTable] = list(inputs)
+    planned: List[StagePlan] = []
+    for number, stage in enumerate(lifted):
+        name = f"stage{number}"
+        columns = _stage_columns(stage, lifted, describe)
+        planner = AggregatePlanner(TypeOracle(readable), bound_prefix=f"{name}_")
+        result = planner.plan(stage.query.copy(), columns)
+        planned.append(StagePlan(name, stage.position, tuple(columns), result.plan,
+                                 result.reason.replace(FAST_PATH, "", 1)))
+        readable.append(InputTable(name, tuple(columns)))
+    return tuple(planned)
+
+
+def _stage_columns(stage: LiftedStage, lifted: Sequence[LiftedStage],
+                   describe: Optional[Describe]) -> List[Column]:
+    if describe is None:
+        return [Column(name, "") for name in stage.names]
+    described = list(describe(at_version(stage.standalone(lifted), NEW).sql(DIALECT)))
+    if len(described) != len(stage.names):
+        raise RecomputeRequired("an aggregate below the top of the query has columns the planner cannot match")
+    return [Column(name, column.data_type) for name, column in zip(stage.names, described)]
+
+
+def _stage_note(stages: Sequence[StagePlan]) -> str:
+    if not stages:
+        return ""
+    kinds = "; ".join(dict.fromkeys(stage.reason for stage in stages))
+    count = f"{len(stages)} stage" + ("s" if len(stages) > 1 else "")
+    return f"; over {count} ({kinds})"
 
 
 def _is_aggregate(tree: exp.Expression) -> bool:
