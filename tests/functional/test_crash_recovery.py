@@ -135,3 +135,58 @@ class TestCrashRecovery:
         assert following["step"] == 3, following
         assert following["changes_read"] == 3, following
         assert_model_equals_query("in the step after the recovered one")
+
+
+TIMED_CONFIG = ("{{ config(materialized='incremental_view', "
+                "lateness={'ts': 'INTERVAL 1 HOUR'}, watermark={'ts': 'INTERVAL 10 MINUTES'}) }}\n")
+TIMED_SQL = "select id, ts, v from {{ target.schema }}.src_timed"
+SIDE_TABLES = {"__late": "_streamsql_at", "__waterline": "at", "__pending": None}
+
+
+class TestSideTablesAfterCrash:
+    """A step that wrote its quarantine, waterline and held rows but never committed: the re-run
+    must leave every side table as a step that never failed does (a twin model, same query)."""
+
+    @pytest.fixture(scope="class")
+    def models(self) -> Dict[str, str]:
+        return {"timed_faulted.sql": TIMED_CONFIG + TIMED_SQL,
+                "timed_twin.sql": TIMED_CONFIG + TIMED_SQL}
+
+    def side_rows(self, project, model: str, suffix: str) -> Counter:
+        relation = f"{project.test_schema}.{model}{suffix}"
+        wall_clock = SIDE_TABLES[suffix]
+        columns = [row[0] for row in project.run_sql(f"describe table {relation}", fetch="all")
+                   if row[0] and not row[0].startswith("#") and row[0] != wall_clock]
+        return bag(project, f"select {', '.join(columns)} from {relation}")
+
+    def assert_like_twin(self, project, when: str) -> None:
+        schema = project.test_schema
+        assert bag(project, f"select * from {schema}.timed_faulted") == \
+            bag(project, f"select * from {schema}.timed_twin"), when
+        for suffix in SIDE_TABLES:
+            assert self.side_rows(project, "timed_faulted", suffix) == \
+                self.side_rows(project, "timed_twin", suffix), f"{suffix} {when}"
+
+    def test_rerun_leaves_side_tables_as_an_unfailed_step(self, project):
+        src = f"{project.test_schema}.src_timed"
+        project.run_sql(f"create table {src} (id int, ts timestamp, v int)")
+        project.run_sql(f"insert into {src} values (1, timestamp'2024-01-01 10:00:00', 1), "
+                        "(2, timestamp'2024-01-01 10:30:00', 2)")
+        run_dbt(["run"])
+        # step 2: moves the waterline, releases held rows, holds new ones, and brings a late row
+        # (08:00 is below step 1's waterline, 09:30) and a NULL
+        project.run_sql(f"insert into {src} values (3, timestamp'2024-01-01 12:00:00', 3), "
+                        "(4, timestamp'2024-01-01 08:00:00', 4), (5, null, 5), "
+                        "(6, timestamp'2024-01-01 11:55:00', 6)")
+        failed = run_step("timed_faulted", fail_at="before_commit", expect_pass=False)
+        assert "injected fault at before_commit" in (failed.message or ""), failed.message
+        schema = project.test_schema
+        assert project.run_sql(f"select count(*) from {schema}.timed_faulted__late",
+                               fetch="one")[0] > 0, "the failed attempt wrote its quarantine"
+        assert run_step("timed_faulted").adapter_response["step"] == 2
+        assert run_step("timed_twin").adapter_response["step"] == 2
+        self.assert_like_twin(project, "after the re-run of step 2")
+        project.run_sql(f"insert into {src} values (7, timestamp'2024-01-01 13:00:00', 7), "
+                        "(8, timestamp'2024-01-01 09:00:00', 8)")
+        run_dbt(["run"])
+        self.assert_like_twin(project, "after step 3")

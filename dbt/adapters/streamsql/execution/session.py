@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+import time
+from typing import Any, Dict, List, Optional
+
+from dbt.adapters.events.types import SQLQuery, SQLQueryStatus
+from dbt_common.events.contextvars import get_node_info
+from dbt_common.events.functions import fire_event
+
+from dbt.adapters.streamsql.execution.statements import cached_view
 
 
 class AdapterSqlSession:
@@ -13,6 +20,7 @@ class AdapterSqlSession:
 
     def __init__(self, adapter: Any) -> None:
         self.adapter = adapter
+        self._checkpoints: Dict[str, Any] = {}  # view name -> its checkpointed DataFrame
 
     def query(self, statement: str) -> List[Dict[str, Any]]:
         _, cursor = self.adapter.connections.add_query(statement, auto_begin=False)
@@ -22,3 +30,42 @@ class AdapterSqlSession:
 
     def run(self, statement: str) -> None:
         self.adapter.connections.add_query(statement, auto_begin=False)
+
+    def materialize(self, name: str, select: str) -> None:
+        """Compute `select` now into the temporary view `name`, to be read several times.
+
+        In the embedded session this is a local checkpoint: the view's plan reads no table, so
+        a later write to a table it was computed from neither re-plans nor recomputes it. (Delta
+        re-caches every cached plan that reads a table it writes, and re-planning a plan pinned
+        to an older version rebuilds that version's snapshot: a `CACHE TABLE` over the state a
+        step is about to MERGE costs a second evaluation.) Over Thrift, where only SQL reaches
+        Spark, it is `CACHE TABLE`.
+        """
+        spark = self._embedded_spark()
+        if spark is None:
+            self.run(f"DROP VIEW IF EXISTS {name}")  # one a failed step left behind
+            self.run(cached_view(name, select))
+            return
+        connections = self.adapter.connections
+        logged = f"CHECKPOINT {name} AS {select}"
+        with connections.exception_handler(logged):
+            fire_event(SQLQuery(conn_name=connections.get_thread_connection().name, sql=logged,
+                                node_info=get_node_info()))
+            started = time.perf_counter()
+            frame = spark.sql(select).localCheckpoint(eager=True)
+            frame.createOrReplaceTempView(name)
+            fire_event(SQLQueryStatus(status="OK", elapsed=time.perf_counter() - started,
+                                      node_info=get_node_info()))
+        self._checkpoints[name] = frame
+
+    def release(self, name: str) -> None:
+        """Drop a view made by `materialize`, freeing its data."""
+        self.run(f"DROP VIEW IF EXISTS {name}")  # a cached view's data goes with it
+        frame = self._checkpoints.pop(name, None)
+        if frame is not None:
+            frame._jdf.queryExecution().logical().rdd().unpersist(False)
+
+    def _embedded_spark(self) -> Optional[Any]:
+        """The SparkSession behind this thread's connection, if it is the embedded one."""
+        handle = getattr(self.adapter.connections.get_thread_connection().handle, "handle", None)
+        return getattr(handle, "spark", None)

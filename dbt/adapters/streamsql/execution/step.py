@@ -15,6 +15,7 @@ a step killed after 3 is complete.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 import uuid
@@ -24,7 +25,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Seque
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution import watermark as wm
-from dbt.adapters.streamsql.execution.progress import StepRecord, last_record, sql_fingerprint
+from dbt.adapters.streamsql.execution.progress import (
+    CREATING_OPERATIONS,
+    StepRecord,
+    last_record,
+    sql_fingerprint,
+)
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
@@ -197,10 +203,14 @@ class StepRunner:
         self.log = log
         self.run_id = uuid.uuid4().hex
         token = "".join(ch if ch.isalnum() else "_" for ch in model.target_name)
-        self.view_prefix = f"_streamsql_{token}_{self.run_id[:8]}"
-        self._views: List[str] = []
+        # The same names every step of this model: each step replaces the last one's plain views
+        # instead of dropping them (a statement each). Temporary views belong to a connection's
+        # Spark session, and a model runs in one connection at a time.
+        digest = hashlib.sha1(model.target_name.encode()).hexdigest()[:8]
+        self.view_prefix = f"_streamsql_{token}_{digest}"
         self._cached: List[str] = []
         self._target_version: Optional[int] = None  # the model table's version when the step began
+        self._bounded = True  # whether join terms get key bounds (not on a first step)
 
     # -- entry point ------------------------------------------------------------------------------
 
@@ -325,11 +335,12 @@ class StepRunner:
                 "Remove `append_only` from the model's config if its result can shrink, or find "
                 "the input update/delete that caused this."
             )
-        for write in writes:
-            write()
+        # Every side table's commit carries the step record: the next step tells from it whether
+        # an attempt that never committed wrote there (`_interrupted`).
+        self._with_record(record, lambda: [write() for write in writes], idempotent=False)
         self._checkpoint("before_commit")
         bounds = late.target_bounds(rules.lateness, previous.waterline)
-        self._commit(net, columns, result, record, bounds)
+        self._commit(net, columns, result, record, bounds, key)
         self._checkpoint("after_commit")
         result.waterline = dict(record.waterline)
         return result
@@ -555,6 +566,19 @@ class StepRunner:
         return any(str(row.get("tableName", "")).lower() == self.model.identifier.lower()
                    for row in rows)
 
+    def _interrupted(self, table: str, previous: StepRecord) -> bool:
+        """Whether an attempt after the last completed step wrote to a side table.
+
+        Side-table commits carry the step record of the attempt that made them, so the table's
+        last commit tells; one that carries none (the table's creation aside) is treated as such
+        an attempt, and undoing it is harmless when it is not.
+        """
+        commit = self.session.query(f"DESCRIBE HISTORY {table} LIMIT 1")[0]
+        written_by = StepRecord.from_json(commit.get("userMetadata"))
+        if written_by is not None:
+            return written_by.step > previous.step
+        return str(commit.get("operation", "")).upper() not in CREATING_OPERATIONS
+
     def _latest_version(self, relation: str) -> int:
         return int(self.session.query(f"DESCRIBE HISTORY {relation} LIMIT 1")[0]["version"])
 
@@ -757,8 +781,9 @@ class StepRunner:
                          writes: List[Callable[[], None]]) -> str:
         """Hold back changes the watermark does not allow yet; release those it now allows."""
         pending, step = self.model.pending_table, record.step
-        for statement in wm.forget_attempt(pending, step):
-            self.session.run(statement)
+        if self._interrupted(pending, previous):
+            for statement in wm.forget_attempt(pending, step):
+                self.session.run(statement)
         held_before = self._view("pending", sql.input_as_of(pending,
                                                              self._latest_version(pending)))
         row = self.session.query(wm.seen_query(net, rules, previous.watermark_seen))[0]
@@ -795,8 +820,10 @@ class StepRunner:
 
         def write_quarantine() -> None:
             self._checkpoint("before_quarantine")
-            self.session.run(late.forget_attempt(self.model.late_table, "_streamsql_step", step))
-            self.session.run(late.forget_attempt(self.model.waterline_table, "step", step))
+            for table, step_column in ((self.model.late_table, "_streamsql_step"),
+                                       (self.model.waterline_table, "step")):
+                if self._interrupted(table, previous):
+                    self.session.run(late.forget_attempt(table, step_column, step))
             if result.late:
                 self.session.run(late.quarantine_insert(self.model.late_table, classified,
                                                         columns, step, previous.waterline))
@@ -846,28 +873,24 @@ class StepRunner:
     # -- views and faults -------------------------------------------------------------------------
 
     def _view(self, label: str, select: str) -> str:
+        """A plain view: read once, planned with what reads it."""
         name = f"{self.view_prefix}_{label}"
         self.session.run(sql.temp_view(name, select))
-        self._views.append(name)
         return name
 
     def _cache(self, label: str, select: str) -> str:
+        """A view computed once, now: read several times, or across the step's writes."""
         name = f"{self.view_prefix}_{label}"
-        self.session.run(sql.cached_view(name, select))
+        self.session.materialize(name, select)
         self._cached.append(name)
         return name
 
     def _drop_views(self) -> None:
-        # Dropping a cached temporary view also frees its cached data.
+        """Free the data of the step's materialized views (plain views are replaced next step)."""
         for name in reversed(self._cached):
             try:
-                self.session.run(f"DROP VIEW IF EXISTS {name}")
+                self.session.release(name)
             except Exception:  # cleanup must not hide the step's own error
-                pass
-        for name in reversed(self._views):
-            try:
-                self.session.run(f"DROP VIEW IF EXISTS {name}")
-            except Exception:
                 pass
 
     def _checkpoint(self, point: str) -> None:
