@@ -4,6 +4,7 @@ import pytest
 from TCLIService.ttypes import TOperationState
 
 from dbt.adapters.streamsql import connections
+from dbt.adapters.streamsql.session import SessionSettings
 from dbt.adapters.streamsql.connections import (
     ThriftConnectionWrapper,
     thrift_session_configuration,
@@ -89,3 +90,15 @@ def test_a_warehouse_dir_uri_is_refused_with_the_setting_to_use():
                                        warehouse_dir="s3a://lake/warehouse")
     with pytest.raises(DbtRuntimeError, match="spark.sql.warehouse.dir: s3a://lake/warehouse"):
         credentials.resolved_warehouse_dir()
+
+
+@pytest.mark.parametrize("master, partitions", [
+    ("local[2]", "2"), ("local[8]", "8"), ("local", "1"), ("spark://master:7077", "4"),
+])
+def test_embedded_session_has_a_shuffle_partition_per_local_core(master, partitions):
+    conf = SessionSettings("/tmp/warehouse", master, {}, 600).spark_conf()
+    assert conf["spark.sql.shuffle.partitions"] == partitions
+    assert conf["spark.default.parallelism"] == partitions
+    overridden = SessionSettings("/tmp/warehouse", master, {"spark.sql.shuffle.partitions": "7"},
+                                 600).spark_conf()
+    assert overridden["spark.sql.shuffle.partitions"] == "7"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -64,6 +65,16 @@ class SessionSettings:
             or params.get("spark.sql.catalogImplementation") == "in-memory"
         )
 
+    @property
+    def cores(self) -> int:
+        """Cores of a `local[N]` master (N; `local[*]`: this machine's); 4 for a cluster."""
+        match = re.fullmatch(r"local\[(\d+|\*)\]", self.master.strip())
+        if match is None:
+            return 1 if self.master.strip() == "local" else 4
+        if match.group(1) == "*":
+            return os.cpu_count() or 2
+        return int(match.group(1))
+
     def spark_conf(self) -> Dict[str, str]:
         """All Spark settings for the session; the profile's `server_side_parameters` win."""
         warehouse = self.warehouse_dir
@@ -81,11 +92,15 @@ class SessionSettings:
             "spark.sql.sources.default": "delta",
             "spark.sql.legacy.createHiveTableByDefault": "false",
             "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
-            # A laptop or CI machine: few cores, small shuffles, no web UI.
+            # A laptop or CI machine: few cores, small shuffles, no web UI. A step is mostly
+            # small queries, where every task more is overhead: one shuffle partition per core.
             "spark.driver.memory": "4g",
-            "spark.sql.shuffle.partitions": "4",
-            "spark.default.parallelism": "4",
+            "spark.sql.shuffle.partitions": str(self.cores),
+            "spark.default.parallelism": str(self.cores),
             "spark.sql.adaptive.enabled": "true",
+            # A MERGE whose source is not a plain Delta read (a step's change always) copies the
+            # source first; in memory, not to disk, since a step's change is small.
+            "spark.databricks.delta.merge.materializeSource.rddStorageLevel": "MEMORY_AND_DISK",
             # Delta rebuilds a table's state with this many tasks (default 50): costly on 2 cores.
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.ui.enabled": "false",
