@@ -345,7 +345,7 @@ def test_state_columns_are_groups_count_then_partials():
     assert aggregate.group_columns == ("_streamsql_g0", "_streamsql_g1")
     assert [(c.name, c.data_type) for c in aggregate.state_columns] == [
         ("_streamsql_g0", "string"),
-        ("_streamsql_g1", ""),  # window(): read from delta_sql (DESCRIBE QUERY)
+        ("_streamsql_g1", "struct<start:timestamp,end:timestamp>"),  # window() over a timestamp
         (COUNT, "bigint"),
         ("_streamsql_a0", "decimal(20,2)"),
         ("_streamsql_a0_n", "bigint"),

@@ -72,6 +72,11 @@ class TypeOracle:
             return self._column_type(node)
         if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
             return node.to.sql("spark").lower()
+        if isinstance(node, exp.Anonymous) and node.name.lower() == "window" and node.expressions:
+            # Spark's tumbling/hopping window: a struct of the bounds, in the time column's type
+            time_type = self.type_of(node.expressions[0])
+            if time_type in ("timestamp", "timestamp_ntz"):
+                return f"struct<start:{time_type},end:{time_type}>"
         return None
 
     def numeric_kind(self, node: exp.Expression) -> Optional[str]:
