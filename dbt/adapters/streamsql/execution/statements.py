@@ -132,6 +132,33 @@ def bound_predicate(bound: KeyBound, text: Optional[str], data_type: str) -> str
     return f"({bound.column} {bound.operator} {literal})"
 
 
+def orderable_part(column: Column, relation: Optional[str] = None) -> Optional[str]:
+    """The part of a column whose range Delta's file statistics can skip by, as SQL; None if none.
+
+    The column itself when its values have exact literals; a window's start for a window group
+    (a struct of start and end).
+    """
+    name = f"{relation}.{quote(column.name)}" if relation else quote(column.name)
+    data_type = column.data_type.replace(" ", "").lower()
+    if data_type == "timestamp" or _BOUNDED_TYPE.match(data_type):
+        return name
+    if data_type.startswith("struct<start:timestamp"):
+        return f"{name}.start"
+    return None
+
+
+def time_first(columns: Sequence[Column]) -> List[Column]:
+    """Columns to sort a bulk write by: time-like ones first (events arrive in time order)."""
+    timed = [c for c in columns if orderable_part(c) is not None
+             and ("timestamp" in c.data_type or c.data_type == "date")]
+    return timed + [c for c in columns if c not in timed and orderable_part(c) is not None]
+
+
+def key_range(part: str, lower: str, upper: str) -> str:
+    """A row's key part lies in a change's range of it, or is NULL (groups match null-safely)."""
+    return f"(({lower} AND {upper}) OR {part} IS NULL)"
+
+
 # -- the model's change ---------------------------------------------------------------------------
 
 def consolidate(change_view: str, columns: Sequence[Column]) -> str:
@@ -167,12 +194,17 @@ def count_changes(delta_view: str) -> str:
             f"AS removals FROM {delta_view}")
 
 
-def insert_copies(target: str, net_view: str, columns: Sequence[Column]) -> str:
-    """A change with only inserts: a blind append, `weight` copies of each row."""
+def insert_copies(target: str, net_view: str, columns: Sequence[Column],
+                  order: Sequence[Column] = ()) -> str:
+    """A change with only inserts: a blind append, `weight` copies of each row.
+
+    `order`: columns to sort the rows by, so that the files written hold narrow ranges of them.
+    """
     cols = column_list(columns)
+    ordering = f" ORDER BY {', '.join(orderable_part(c) or quote(c.name) for c in order)}" if order else ""
     return (
         f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {net_view} "
-        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES}"
+        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES}{ordering}"
     )
 
 
@@ -275,6 +307,14 @@ def output_change(output_new: str, output_old: str, columns: Sequence[Column]) -
         f"SELECT {cols}, CAST(1 AS BIGINT) AS {WEIGHT} FROM ({output_new}) "
         f"UNION ALL SELECT {cols}, CAST(-1 AS BIGINT) AS {WEIGHT} FROM ({output_old})"
     )
+
+
+def insert_state(state: str, new_groups: str, state_columns: Sequence[Column],
+                 order: Sequence[Column]) -> str:
+    """The first write of a state table: its groups, sorted so its files hold narrow key ranges."""
+    ordering = f" ORDER BY {', '.join(orderable_part(c) for c in order)}" if order else ""
+    return (f"INSERT INTO {state} ({column_list(state_columns)}) SELECT "
+            f"{column_list(state_columns)} FROM {new_groups} WHERE {COUNT} > 0{ordering}")
 
 
 def merge_state(state: str, new_groups: str, group_columns: Sequence[Column],

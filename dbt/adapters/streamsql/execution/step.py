@@ -60,6 +60,10 @@ HISTORY_PAGE = 50  # commits of the model's history read to find its last step r
 # still let a step skip the state of the other final groups.
 MAX_FINAL_GROUP_VALUES = 100
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
+# Rows per file of a first step's sorted bulk write: small enough files that a later step's key
+# ranges skip most of them.
+BULK_FILE_ROWS = 250_000
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
@@ -176,9 +180,10 @@ class ModelSettings:
 class ChangedGroups:
     """The groups of an aggregate that a step changes, as step-local views (see `_changed_groups`)."""
 
-    state: str  # the state table before the step
+    state: str  # the state table before the step, as far as the changed groups' keys reach
     new: str  # cached: the new state of every changed group (count 0 for a group that is gone)
     old: str  # the state of the changed groups before the step
+    bounds: List[str]  # predicates over a state row (GROUP_ALIAS) every changed group meets
 
 
 @dataclass
@@ -210,7 +215,9 @@ class StepRunner:
         self.view_prefix = f"_streamsql_{token}_{digest}"
         self._cached: List[str] = []
         self._target_version: Optional[int] = None  # the model table's version when the step began
-        self._bounded = True  # whether join terms get key bounds (not on a first step)
+        # A first step reads every input in full: no key bounds (they would skip nothing), and
+        # delta rules in the form that reads older versions (those are empty).
+        self._first_step = False
 
     # -- entry point ------------------------------------------------------------------------------
 
@@ -244,14 +251,15 @@ class StepRunner:
 
         self._checkpoint("start")
         result = StepResult(self.model.name, step, plan.strategy, plan.reason)
+        first_step = all(previous.input_versions.get(i.table.name) is None for i in inputs)
+        self._first_step = first_step
         # A monotonic linear query over inserts only changes by inserts: its change needs no
         # netting, and on the first step the inputs' snapshots need not be copied into memory.
-        insert_path = plan.strategy == "linear" and plan.monotonic
-        first_step = all(previous.input_versions.get(i.table.name) is None for i in inputs)
-        # A first step's change is every row: bounding its joins would cost a scan and skip nothing.
-        self._bounded = not first_step
-        views, removals = self._bind_inputs(inputs, previous, result,
-                                            cache_snapshots=not insert_path)
+        # A first step's change is each input's whole snapshot: read it again where needed
+        # rather than copy it into memory.
+        views, removals = self._bind_inputs(
+            inputs, previous, result,
+            cache_snapshots=not (first_step or (plan.strategy == "linear" and plan.monotonic)))
         record = previous.next(self.run_id, versions)
 
         # Everything a step reads is pinned to a version: this step itself changes the state and
@@ -268,9 +276,16 @@ class StepRunner:
                 target_version = self._latest_version(self.model.target)
             views[TARGET] = self._view("target", sql.input_as_of(self.model.target,
                                                                  target_version))
-            self._bind_bounds(plan.bounds, views)
+            change_sql, monotonic = plan.change_sql or "", plan.monotonic
+            # The form that reads no input's older version has negative terms even for inserts:
+            # used where the change is netted anyway (something was removed), so that inserts
+            # keep their append without netting.
+            if not (first_step or (monotonic and removals == 0)) and plan.later_change_sql:
+                change_sql, monotonic = plan.later_change_sql, plan.later_monotonic
+            insert_path = monotonic
+            self._bind_bounds(plan.bounds, change_sql, views)
             # Used once, by `net`: a plain view, so Spark plans both as one query.
-            change = self._view("change", sql.bind_placeholders(plan.change_sql or "", views))
+            change = self._view("change", sql.bind_placeholders(change_sql, views))
             if insert_path and removals == 0 and first_step:
                 # Every row has weight +1. Evaluated twice (counted, then inserted), which costs
                 # less than copying a whole snapshot's result into memory.
@@ -340,7 +355,7 @@ class StepRunner:
         self._with_record(record, lambda: [write() for write in writes], idempotent=False)
         self._checkpoint("before_commit")
         bounds = late.target_bounds(rules.lateness, previous.waterline)
-        self._commit(net, columns, result, record, bounds, key)
+        self._commit(net, columns, result, record, bounds, key, first=previous.step == 0)
         self._checkpoint("after_commit")
         result.waterline = dict(record.waterline)
         return result
@@ -591,15 +606,8 @@ class StepRunner:
         aggregate = plan.aggregate
         assert aggregate is not None and previous.state_version is not None
         state = sql.input_as_of(self.model.state_table, previous.state_version)
-        bounds: List[str] = []
-
-        def bounded_state(group_delta: str) -> str:
-            bounds.extend(self._state_bounds(aggregate, group_delta, rules, previous))
-            if not bounds:
-                return state
-            return f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE {' AND '.join(bounds)}"
-
-        groups = self._changed_groups("", aggregate, views, bounded_state)
+        groups = self._changed_groups("", aggregate, views, state, lambda group_delta: (
+            self._state_bounds(aggregate, group_delta, rules, previous)))
         # The table starts empty, even where the query's old output is not (a global aggregate
         # has one row over no input): on the first step there is nothing to delete.
         net = self._output_net("", aggregate, groups, plan.output_columns,
@@ -608,8 +616,8 @@ class StepRunner:
         def remember(version: int) -> None:
             record.state_version = version
 
-        writes.append(self._state_write(self.model.state_table, aggregate, groups, bounds,
-                                        remember))
+        writes.append(self._state_write(self.model.state_table, aggregate, groups, remember,
+                                        fresh=previous.step == 0))
         return net
 
     def _stage_change(self, stage: StagePlan, views: Dict[str, str], previous: StepRecord,
@@ -621,12 +629,14 @@ class StepRunner:
         aggregate, label, position = stage.aggregate, f"{stage.name}_", stage.position
         table = self.model.stage_table(stage.name)
         state = sql.input_as_of(table, previous.stage_versions[stage.name])
-        groups = self._changed_groups(label, aggregate, views, lambda _: state)
+        groups = self._changed_groups(label, aggregate, views, state)
         net = self._output_net(label, aggregate, groups, stage.columns)
+        # The stage's whole result, before and after the step: what reads it may need any group.
+        whole_state = self._view(f"{label}whole_state", state)
         state_after = self._view(f"{label}state_after", sql.state_after(
-            groups.state, groups.new, self._group_columns(aggregate)))
+            whole_state, groups.new, self._group_columns(aggregate)))
         columns = sql.column_list(stage.columns)
-        for version, placeholder, state_view in (("old", old_input(position), groups.state),
+        for version, placeholder, state_view in (("old", old_input(position), whole_state),
                                                  ("new", new_input(position), state_after)):
             output = sql.bind_placeholders(aggregate.output_sql, {GROUPS: state_view})
             views[placeholder] = self._view(f"{label}{version}", f"SELECT {columns} FROM ({output})")
@@ -635,36 +645,70 @@ class StepRunner:
         def remember(version: int) -> None:
             record.stage_versions[stage.name] = version
 
-        writes.append(self._state_write(table, aggregate, groups, [], remember))
+        writes.append(self._state_write(table, aggregate, groups, remember,
+                                        fresh=previous.step == 0))
         return int(self.session.query(sql.count_changes(net))[0]["removals"])
 
-    def _bind_bounds(self, bounds: Sequence[KeyBound], views: Dict[str, str]) -> None:
-        """Put each key bound's predicate, with the change's MIN/MAX as literals, into `views`."""
+    def _bind_bounds(self, bounds: Sequence[KeyBound], used_by: str, views: Dict[str, str]) -> None:
+        """Put the predicate of each key bound `used_by` holds into `views`, with the change's
+        MIN/MAX as literals."""
+        bounds = [bound for bound in bounds if bound.name in used_by]
         if not bounds:
             return
-        if not self._bounded:
+        if self._first_step:
             views.update({bound.name: "true" for bound in bounds})
             return
+        views.update(zip((bound.name for bound in bounds), self._bound_predicates(bounds, views)))
+
+    def _bound_predicates(self, bounds: Sequence[KeyBound], views: Mapping[str, str]) -> List[str]:
+        """Each bound's predicate with its value computed now, as a literal (one query)."""
         values = sql.bind_placeholders(sql.bound_values(bounds), views)
         types = [row["data_type"] for row in self._describe_rows(f"DESCRIBE QUERY {values}")]
         texts = self.session.query(sql.bound_texts(values, types))[0]
-        for i, bound in enumerate(bounds):
-            views[bound.name] = sql.bound_predicate(bound, texts[f"v{i}"], types[i])
+        return [sql.bound_predicate(bound, texts[f"v{i}"], types[i])
+                for i, bound in enumerate(bounds)]
+
+    def _key_ranges(self, columns: Sequence[Column], change: str, alias: str) -> List[str]:
+        """Predicates over rows aliased `alias` holding every key a change holds (NULLs too).
+
+        For each key column with an orderable part (`statements.orderable_part`): its range over
+        `change`, as literals, so that Delta skips the files of keys the change does not touch.
+        """
+        parts = [(sql.orderable_part(c, alias), sql.orderable_part(c)) for c in columns]
+        parts = [(outer, inner) for outer, inner in parts if outer is not None]
+        if self._first_step or not parts:
+            return []
+        bounds = []
+        for outer, inner in parts:
+            bounds += [KeyBound("", outer, ">=", f"(SELECT MIN({inner}) FROM {change})"),
+                       KeyBound("", outer, "<=", f"(SELECT MAX({inner}) FROM {change})")]
+        predicates = self._bound_predicates(bounds, {})
+        return [sql.key_range(outer, predicates[2 * i], predicates[2 * i + 1])
+                for i, (outer, _) in enumerate(parts)]
 
     @staticmethod
     def _group_columns(aggregate: AggregatePlan) -> List[Column]:
         return [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
 
     def _changed_groups(self, label: str, aggregate: AggregatePlan, views: Mapping[str, str],
-                        state_of: Callable[[str], str]) -> ChangedGroups:
+                        state: str, bounds_of: Callable[[str], List[str]] = lambda _: []
+                        ) -> ChangedGroups:
         """Group delta, state before the step, and the old and new state of changed groups.
 
-        `state_of(group delta view)` is the SELECT of the state to combine with.
+        `state` is the SELECT of the whole state before the step; only the part the changed
+        groups' key ranges reach is read (and, by the state's MERGE, written), narrowed further
+        by `bounds_of(group delta view)`.
         """
-        self._bind_bounds(aggregate.bounds, views)
-        group_delta = self._cache(f"{label}group_delta",
-                                  sql.bind_placeholders(aggregate.delta_sql, views))
-        state = self._view(f"{label}state", state_of(group_delta))
+        delta_sql = aggregate.delta_sql
+        if not self._first_step and aggregate.later_delta_sql is not None:
+            delta_sql = aggregate.later_delta_sql
+        self._bind_bounds(aggregate.bounds, delta_sql, views)
+        group_delta = self._cache(f"{label}group_delta", sql.bind_placeholders(delta_sql, views))
+        bounds = bounds_of(group_delta) + self._key_ranges(
+            self._group_columns(aggregate), group_delta, GROUP_ALIAS)
+        if bounds:
+            state = f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE {' AND '.join(bounds)}"
+        state = self._view(f"{label}state", state)
         local = {**views, GROUP_DELTA: group_delta, STATE: state}
         combine = aggregate.combine_sql
         if aggregate.recompute_check_sql and aggregate.combine_without_recompute_sql:
@@ -676,7 +720,7 @@ class StepRunner:
         # Read once, by the output change: a plain view, planned together with it.
         old = self._view(f"{label}groups_old", sql.previous_groups(
             state, group_delta, self._group_columns(aggregate)))
-        return ChangedGroups(state, new, old)
+        return ChangedGroups(state, new, old, bounds)
 
     def _output_net(self, label: str, aggregate: AggregatePlan, groups: ChangedGroups,
                     columns: Sequence[Column], nothing_before: bool = False) -> str:
@@ -689,13 +733,24 @@ class StepRunner:
         return self._cache(f"{label}net", sql.consolidate(change, columns))
 
     def _state_write(self, table: str, aggregate: AggregatePlan, groups: ChangedGroups,
-                     bounds: Sequence[str], remember: Callable[[int], None]) -> Callable[[], None]:
-        """The write of a state table's changed groups; `remember` gets its new version."""
+                     remember: Callable[[int], None], fresh: bool) -> Callable[[], None]:
+        """The write of a state table's changed groups; `remember` gets its new version.
+
+        A `fresh` (empty) table gets its groups sorted by key, time first, into files of at most
+        BULK_FILE_ROWS rows: later steps' key ranges then skip all but a few.
+        """
+        group_columns = self._group_columns(aggregate)
 
         def write_state() -> None:
             self._checkpoint("before_state")
-            self.session.run(sql.merge_state(table, groups.new, self._group_columns(aggregate),
-                                             aggregate.state_columns, bounds))
+            if fresh:
+                self._with_settings([(MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS))],
+                                    lambda: self.session.run(sql.insert_state(
+                                        table, groups.new, aggregate.state_columns,
+                                        sql.time_first(group_columns))))
+            else:
+                self.session.run(sql.merge_state(table, groups.new, group_columns,
+                                                 aggregate.state_columns, groups.bounds))
             remember(self._latest_version(table))
             self._checkpoint("after_state")
 
@@ -838,17 +893,27 @@ class StepRunner:
 
     def _commit(self, net: str, columns: Sequence[Column], result: StepResult,
                 record: StepRecord, target_bounds: Sequence[str] = (),
-                key: Optional[Sequence[str]] = None) -> None:
+                key: Optional[Sequence[str]] = None, first: bool = False) -> None:
         target = self.model.target
+        key_columns = [c for c in columns if key is not None
+                       and c.name.lower() in {name.lower() for name in key}]
+        settings: List[Tuple[str, str]] = []
         if result.deleted and key is not None:
-            statement = sql.merge_by_key(target, net, columns, key, target_bounds)
+            bounds = list(target_bounds) + self._key_ranges(key_columns, net, "t")
+            statement = sql.merge_by_key(target, net, columns, key, bounds)
         elif result.deleted:
             statement = sql.merge_change(target, net, columns, target_bounds)
+        elif result.inserted and first and key_columns:
+            # An aggregate's first rows, sorted by key like its state: later MERGEs by key skip
+            # the files of keys they do not touch.
+            statement = sql.insert_copies(target, net, columns, sql.time_first(key_columns))
+            settings.append((MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS)))
         elif result.inserted:
             statement = sql.insert_copies(target, net, columns)
         else:
             statement = sql.mark_step(target, record.step)
-        self._with_record(record, lambda: self.session.run(statement), idempotent=True)
+        self._with_record(record, lambda: self._with_settings(
+            settings, lambda: self.session.run(statement)), idempotent=True)
         committed = last_record(self.session.query(f"DESCRIBE HISTORY {target} LIMIT 20"))
         if committed is None or (committed.step, committed.run_id) != (record.step, self.run_id):
             raise StepError(
@@ -857,15 +922,19 @@ class StepRunner:
             )
 
     def _with_record(self, record: StepRecord, write: Callable[[], None], idempotent: bool) -> None:
-        """Run one writing statement whose Delta commit carries the step record."""
+        """Run writing statements whose Delta commits carry the step record."""
         settings = [(USER_METADATA, record.to_json())]
         if idempotent:
             settings += [(TXN_APP_ID, f"streamsql:{self.model.target_name}:{record.incarnation}"),
                          (TXN_VERSION, str(record.step))]
+        self._with_settings(settings, write)
+
+    def _with_settings(self, settings: Sequence[Tuple[str, str]], run: Callable[[], Any]) -> None:
+        """Run with session settings that are reset afterwards, whatever happens."""
         for key, value in settings:
             self.session.run(sql.set_conf(key, value))
         try:
-            write()
+            run()
         finally:
             for key, _ in settings:
                 self.session.run(sql.reset_conf(key))

@@ -151,11 +151,15 @@ class AggregatePlanner:
         query, output_sql = self._plan_select(tree, names, [c.data_type for c in output_columns])
         top_level = is_aggregate_select(tree)
         delta_sql = self._delta_sql(query).sql(DIALECT)
+        self._builder.newest = True
+        later_delta_sql = self._delta_sql(query).sql(DIALECT)
+        self._builder.newest = False
         plan = AggregatePlan(
             group_columns=tuple(group_column(k) for k in range(len(query.groups))),
             state_columns=self._state_columns(query),
             delta_sql=delta_sql,
             bounds=tuple(self._builder.bounds.values()),
+            later_delta_sql=later_delta_sql if later_delta_sql != delta_sql else None,
             combine_sql=self._combine_sql(query).sql(DIALECT),
             output_sql=output_sql.sql(DIALECT),
             group_outputs=self._group_outputs(query) if top_level else (),

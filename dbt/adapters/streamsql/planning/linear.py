@@ -7,7 +7,14 @@ evaluates the same block with every source at a *version*: "new", "old" or "delt
 
 - table: the delta placeholder.
 - inner/cross join, telescoping:  delta(L join R) = delta(L) join R_new  +  L_old join delta(R);
-  a term's weight is the weight of its only delta source.
+  a term's weight is the weight of its only delta source. Reading an input as of an older version
+  makes Delta rebuild that version's list of files, for every statement that plans it, so for
+  steps after the first the builder can instead (`newest`) expand over new versions only:
+  delta(L join R) = delta(L) join R_new + L_new join delta(R) - delta(L) join delta(R), and for
+  more inputs every nonempty set of them taken as their change (inclusion-exclusion; a term's
+  weight is the product of its changes' weights, negated for an even number of them). On a first
+  step every change is a whole input and that would multiply the work, while the old versions
+  are empty: the telescoping form is used there.
 - left equi-join: with K the join keys found in delta(L) or delta(R),
   delta(L left join R) = (L_new left join R_new) semi-join K, weight +1
                        + (L_old left join R_old) semi-join K, weight -1.
@@ -19,6 +26,7 @@ evaluates the same block with every source at a *version*: "new", "old" or "delt
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -105,6 +113,11 @@ class DeltaBuilder:
     constructs: Set[str] = field(default_factory=set)
     bound_prefix: str = ""
     bounds: Dict[str, KeyBound] = field(default_factory=dict)
+    newest: bool = False  # inner joins over new versions only (see the module docstring)
+    signed: bool = False  # set when a term has a negative weight for inserted rows
+
+    # Inclusion-exclusion has 2^k - 1 terms for k inputs: above this, telescoping.
+    MAX_NEWEST_SOURCES = 4
 
     @property
     def uses_left_join(self) -> bool:
@@ -170,6 +183,10 @@ class DeltaBuilder:
         """The terms whose union is the delta of the join of `sources` (see the module docstring)."""
         if not sources:
             return []
+        changing = [i for i, source in enumerate(sources) if not is_constant(source.node)]
+        inner_only = all(s.join is None or s.join.side.upper() != "LEFT" for s in sources)
+        if self.newest and inner_only and 1 < len(changing) <= self.MAX_NEWEST_SOURCES:
+            return self._newest_terms(sources, changing)
         terms: List[Term] = []
         if not is_constant(sources[0].node):
             terms.append(Term((DELTA,), self._delta_weight(sources[0])))
@@ -197,32 +214,48 @@ class DeltaBuilder:
                     terms.append(Term((OLD,) * position + (DELTA,), self._delta_weight(source)))
         return terms
 
+    def _newest_terms(self, sources: Sequence[Source], changing: Sequence[int]) -> List[Term]:
+        """Every nonempty set of the changing sources as their change, the others as new."""
+        terms = []
+        for size in range(1, len(changing) + 1):
+            for chosen in itertools.combinations(changing, size):
+                versions = tuple(DELTA if i in chosen else NEW for i in range(len(sources)))
+                weights = [self._delta_weight(sources[i]) for i in chosen]
+                weight = weights[0]
+                for factor in weights[1:]:
+                    weight = exp.Mul(this=weight, expression=factor)
+                if size % 2 == 0:
+                    weight = exp.Neg(this=exp.Paren(this=weight))
+                    self.signed = True
+                terms.append(Term(versions, weight))
+        return terms
+
     def term_bounds(self, select: exp.Select, sources: Sequence[Source], term: Term) -> List[exp.Expression]:
         """Key-bound placeholders for the term's sources other than its one changed table.
 
         Only inner joins: a term of a block with a LEFT JOIN evaluates whole sides, not a change.
         """
-        if term.restrictions or list(term.versions).count(DELTA) != 1:
+        if term.restrictions or DELTA not in term.versions:
             return []
         if any(s.join is not None and s.join.side.upper() == "LEFT" for s in sources):
             return []
-        changed = sources[term.versions.index(DELTA)]
-        index = bound_input(changed.node)
-        if index is None:
-            return []
+        changed = [s for s, v in zip(sources, term.versions)
+                   if v == DELTA and bound_input(s.node) is not None]
         conditions = conjuncts(select.args.get("where") and select.args["where"].this)
         for source in sources:
             if source.join is not None:
                 conditions += conjuncts(source.join.args.get("on"))
         placeholders: List[exp.Expression] = []
         for source, version in zip(sources, term.versions):
-            if version == DELTA or is_constant(source.node) or source.alias == changed.alias:
+            if version == DELTA or is_constant(source.node):
                 continue
-            for condition in conditions:
-                for column, side, expression in range_facts(condition, source.alias, changed.alias):
-                    bound = KeyBound("", column.sql(), side,
-                                     extreme_of(expression, side, delta_input(index), changed.alias))
-                    placeholders.append(exp.column(self._named(bound)))
+            for change in changed:
+                placeholder = delta_input(bound_input(change.node))
+                for condition in conditions:
+                    for column, side, expression in range_facts(condition, source.alias, change.alias):
+                        bound = KeyBound("", column.sql(), side,
+                                         extreme_of(expression, side, placeholder, change.alias))
+                        placeholders.append(exp.column(self._named(bound)))
         return placeholders
 
     def _named(self, bound: KeyBound) -> str:

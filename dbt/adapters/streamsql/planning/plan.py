@@ -125,8 +125,11 @@ class AggregatePlan:
     # column tells which groups are final, so a step can skip their state.
     group_outputs: Tuple[Tuple[str, str], ...] = ()
     recompute_check_sql: Optional[str] = None
-    # Key bounds `delta_sql` holds (joins below the aggregate).
+    # Key bounds `delta_sql` and `later_delta_sql` hold (joins below the aggregate).
     bounds: Tuple[KeyBound, ...] = ()
+    # `delta_sql` for steps after the first, reading no input's older version (linear.py), where
+    # that differs (joins); None: `delta_sql` serves every step.
+    later_delta_sql: Optional[str] = None
     # Output columns whose values name the row's group (a group's own value, or a window's
     # start or end), when there is such a set: the model then holds at most one row per key, and
     # the executor can apply a change as updates by key. () for a global aggregate (one row);
@@ -169,5 +172,10 @@ class StepPlan:
     notes: Dict[str, str] = field(default_factory=dict)
     # Aggregates below the top of the query, in the order the executor maintains them.
     stages: Tuple[StagePlan, ...] = ()
-    # Key bounds `change_sql` holds (linear plans).
+    # Key bounds `change_sql` and `later_change_sql` hold (linear plans).
     bounds: Tuple[KeyBound, ...] = ()
+    # linear: `change_sql` for steps after the first, reading no input's older version, where
+    # that differs (joins; see linear.py), and whether it is monotonic in the sense above (its
+    # inclusion-exclusion has negative terms even for inserts). None: `change_sql` serves.
+    later_change_sql: Optional[str] = None
+    later_monotonic: bool = False

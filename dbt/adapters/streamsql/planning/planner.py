@@ -95,17 +95,21 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
         )
     _name_outputs(tree, [c.name for c in output_columns])
     builder = DeltaBuilder()
-    change = builder.query_delta(tree)
+    change = builder.query_delta(tree).sql(DIALECT)
+    builder.newest = True
+    later = builder.query_delta(tree).sql(DIALECT)
     constructs = [c for c in _CONSTRUCT_ORDER if c in builder.constructs]
     return StepPlan(
         strategy="linear",
         reason=FAST_PATH + ", ".join(constructs) + stage_note,
         inputs=inputs,
         output_columns=output_columns,
-        change_sql=change.sql(DIALECT),
+        change_sql=change,
         monotonic=not builder.uses_left_join,
         stages=stages,
         bounds=tuple(builder.bounds.values()),
+        later_change_sql=later if later != change else None,
+        later_monotonic=not builder.uses_left_join and not builder.signed,
     )
 
 
