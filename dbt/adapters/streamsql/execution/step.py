@@ -218,6 +218,8 @@ class StepRunner:
         # A first step reads every input in full: no key bounds (they would skip nothing), and
         # delta rules in the form that reads older versions (those are empty).
         self._first_step = False
+        # Whether the changes read so far in this step (inputs, then stages) are inserts only.
+        self._inserts_only = True
 
     # -- entry point ------------------------------------------------------------------------------
 
@@ -260,6 +262,7 @@ class StepRunner:
         views, removals = self._bind_inputs(
             inputs, previous, result,
             cache_snapshots=not (first_step or (plan.strategy == "linear" and plan.monotonic)))
+        self._inserts_only = removals == 0
         record = previous.next(self.run_id, versions)
 
         # Everything a step reads is pinned to a version: this step itself changes the state and
@@ -268,6 +271,7 @@ class StepRunner:
         writes: List[Callable[[], None]] = []
         for stage in plan.stages:
             removals += self._stage_change(stage, views, previous, record, writes)
+            self._inserts_only = removals == 0
         if plan.strategy == "aggregate":
             net = self._aggregate_change(plan, views, rules, previous, record, writes)
         else:
@@ -700,7 +704,11 @@ class StepRunner:
         by `bounds_of(group delta view)`.
         """
         delta_sql = aggregate.delta_sql
-        if not self._first_step and aggregate.later_delta_sql is not None:
+        # The form without older versions has negative terms even for inserts, which a MIN/MAX
+        # takes for deletions of its extreme (and recomputes the group from the inputs): with
+        # MIN/MAX, only where something was removed anyway.
+        if not self._first_step and aggregate.later_delta_sql is not None and not (
+                aggregate.recompute_check_sql and self._inserts_only):
             delta_sql = aggregate.later_delta_sql
         self._bind_bounds(aggregate.bounds, delta_sql, views)
         group_delta = self._cache(f"{label}group_delta", sql.bind_placeholders(delta_sql, views))
