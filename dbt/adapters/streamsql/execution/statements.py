@@ -154,6 +154,11 @@ def time_first(columns: Sequence[Column]) -> List[Column]:
     return timed + [c for c in columns if c not in timed and orderable_part(c) is not None]
 
 
+def order_by(columns: Sequence[Column]) -> str:
+    """` ORDER BY` the orderable parts of `columns` (from `time_first`); '' for none."""
+    return f" ORDER BY {', '.join(orderable_part(c) for c in columns)}" if columns else ""
+
+
 def key_range(part: str, lower: str, upper: str) -> str:
     """A row's key part lies in a change's range of it, or is NULL (groups match null-safely)."""
     return f"(({lower} AND {upper}) OR {part} IS NULL)"
@@ -198,13 +203,13 @@ def insert_copies(target: str, net_view: str, columns: Sequence[Column],
                   order: Sequence[Column] = ()) -> str:
     """A change with only inserts: a blind append, `weight` copies of each row.
 
-    `order`: columns to sort the rows by, so that the files written hold narrow ranges of them.
+    `order`: columns to sort the rows by (`time_first`), so that the files written hold narrow
+    ranges of them.
     """
     cols = column_list(columns)
-    ordering = f" ORDER BY {', '.join(orderable_part(c) or quote(c.name) for c in order)}" if order else ""
     return (
         f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {net_view} "
-        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES}{ordering}"
+        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES}{order_by(order)}"
     )
 
 
@@ -312,9 +317,8 @@ def output_change(output_new: str, output_old: str, columns: Sequence[Column]) -
 def insert_state(state: str, new_groups: str, state_columns: Sequence[Column],
                  order: Sequence[Column]) -> str:
     """The first write of a state table: its groups, sorted so its files hold narrow key ranges."""
-    ordering = f" ORDER BY {', '.join(orderable_part(c) for c in order)}" if order else ""
     return (f"INSERT INTO {state} ({column_list(state_columns)}) SELECT "
-            f"{column_list(state_columns)} FROM {new_groups} WHERE {COUNT} > 0{ordering}")
+            f"{column_list(state_columns)} FROM {new_groups} WHERE {COUNT} > 0{order_by(order)}")
 
 
 def merge_state(state: str, new_groups: str, group_columns: Sequence[Column],
