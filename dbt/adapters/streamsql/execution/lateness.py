@@ -19,7 +19,7 @@ import sqlglot
 from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.statements import column_list, count_copies, quote
-from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
+from dbt.adapters.streamsql.planning.plan import DIALECT, WEIGHT, Column
 
 LATE_COLUMN = "_streamsql_column"
 REASON = "_streamsql_reason"
@@ -58,7 +58,7 @@ class LatenessRule:
 def constant_expression(text: str) -> bool:
     """True when `text` is one SQL expression that reads no column and no table."""
     try:
-        tree = sqlglot.parse_one(f"SELECT {text}", read="spark")
+        tree = sqlglot.parse_one(f"SELECT {text}", read=DIALECT)
     except sqlglot.errors.ParseError:
         return False
     select = tree if isinstance(tree, exp.Select) else None

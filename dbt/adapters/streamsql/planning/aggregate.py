@@ -28,6 +28,8 @@ from dbt.adapters.streamsql.planning.constructs import aggregate_calls, contains
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.linear import DeltaBuilder, Source, Term, render_block, union_all
 from dbt.adapters.streamsql.planning.plan import (
+    DIALECT,
+    FAST_PATH,
     COUNT,
     GROUP_ALIAS,
     GROUP_DELTA,
@@ -47,7 +49,6 @@ from dbt.adapters.streamsql.planning.types import (
     sum_type,
 )
 
-DIALECT = "spark"
 COUNT_STAR, COUNT_VALUES, SUM, AVG, MIN, MAX, RECOMPUTE = "count(*)", "count", "sum", "avg", "min", "max", "recompute"
 CHANGES, ROWS, AFFECTED, RECOMPUTED = "_streamsql_changes", "_streamsql_rows", "_streamsql_affected", "_streamsql_recomputed"
 DELTA_ALIAS, STATE_ALIAS = "d", "s"
@@ -659,7 +660,7 @@ class AggregatePlanner:
         recomputed = sorted({_call_name(c.call) for c in query.calls if c.method == RECOMPUTE})
         if recomputed:
             notes.append(f"{', '.join(recomputed)} recomputed for changed groups only")
-        return "fast path: " + "; ".join([detail] + notes)
+        return FAST_PATH + "; ".join([detail] + notes)
 
 
 def _call_name(call: exp.Expression) -> str:

@@ -20,9 +20,8 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.tokens import TokenType
 
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
-from dbt.adapters.streamsql.planning.plan import InputTable
+from dbt.adapters.streamsql.planning.plan import DIALECT, InputTable
 
-DIALECT = "spark"
 INPUT_DB = "_streamsql_inputs"
 
 

@@ -20,7 +20,8 @@ from typing import Iterator, List, Optional, Set, Tuple
 
 from sqlglot import exp
 
-DIALECT = "spark"
+from dbt.adapters.streamsql.planning.plan import DIALECT
+
 AT_LEAST, AT_MOST = ">=", "<="
 
 

@@ -7,6 +7,7 @@ from typing import Iterator, Optional
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
+from dbt.adapters.streamsql.planning.plan import DIALECT
 from dbt.adapters.streamsql.planning.functions import (
     AGGREGATE_FUNCTIONS,
     BUILTIN_FUNCTIONS,
@@ -14,7 +15,6 @@ from dbt.adapters.streamsql.planning.functions import (
     NONDETERMINISTIC_FUNCTIONS,
 )
 
-DIALECT = "spark"
 
 # sqlglot classes for nondeterministic functions (their Spark spelling may differ from the class).
 _NONDETERMINISTIC_CLASSES = tuple(

@@ -31,8 +31,13 @@ inserts: every row of its change then has weight +1 and is appended as it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+# The SQL dialect every plan is parsed and rendered in.
+DIALECT = "spark"
+# How a plan's reason begins when no part of the model is recomputed from scratch.
+FAST_PATH = "fast path: "
 
 WEIGHT = "_streamsql_weight"
 COUNT = "_streamsql_count"
@@ -169,7 +174,6 @@ class StepPlan:
     # of the change has a positive weight (no left join). When every input change in a step is an
     # insert, the executor appends the change without netting it.
     monotonic: bool = False
-    notes: Dict[str, str] = field(default_factory=dict)
     # Aggregates below the top of the query, in the order the executor maintains them.
     stages: Tuple[StagePlan, ...] = ()
     # Key bounds `change_sql` and `later_change_sql` hold (linear plans).

@@ -15,16 +15,16 @@ own, and the rest of the query is planned over their results as if they were inp
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.aggregate import AggregatePlanner, is_aggregate_select
-from dbt.adapters.streamsql.planning.binding import DIALECT, bind_tree, bound_input, parse_query
+from dbt.adapters.streamsql.planning.binding import bind_tree, bound_input, parse_query
 from dbt.adapters.streamsql.planning.constructs import drop_ordering, nonlinear_construct
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
 from dbt.adapters.streamsql.planning.linear import NEW, DeltaBuilder, at_version
-from dbt.adapters.streamsql.planning.plan import Column, InputTable, StagePlan, StepPlan
+from dbt.adapters.streamsql.planning.plan import DIALECT, FAST_PATH, Column, InputTable, StagePlan, StepPlan
 from dbt.adapters.streamsql.planning.recompute import recompute_change_sql
 from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages
 from dbt.adapters.streamsql.planning.types import TypeOracle
@@ -33,7 +33,6 @@ __all__ = ["plan_step", "PlanningError", "Describe"]
 
 # Given a SELECT over the `new` placeholders of the inputs, its result columns (DESCRIBE QUERY).
 Describe = Callable[[str], Sequence[Column]]
-FAST_PATH = "fast path: "
 
 _CONSTRUCT_ORDER = ("filter", "projection", "union all", "inner join", "left join", "lateral view", "derived table")
 
@@ -42,7 +41,6 @@ def plan_step(
     sql: str,
     inputs: Sequence[InputTable],
     output_columns: Sequence[Column],
-    config: Optional[Mapping[str, Any]] = None,
     describe: Optional[Describe] = None,
 ) -> StepPlan:
     """Plans one step of an incremental view.
@@ -52,7 +50,6 @@ def plan_step(
         inputs: every table the SQL reads, names normalized ("schema.table"); input i is reachable
             in the plan's SQL only through the placeholders of position i.
         output_columns: the model's result columns and types, in order (DESCRIBE QUERY).
-        config: the model's config; not used by the planner yet.
         describe: tells the result types of a stage's SELECT (the executor asks Spark). Without
             it, stage columns have unknown types and the plan falls back to what needs none.
 

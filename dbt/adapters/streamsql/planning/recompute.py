@@ -14,9 +14,9 @@ from sqlglot.errors import SqlglotError
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.tokens import TokenType
 
-from dbt.adapters.streamsql.planning.binding import DIALECT, bind_text
+from dbt.adapters.streamsql.planning.binding import bind_text
 from dbt.adapters.streamsql.planning.errors import PlanningError
-from dbt.adapters.streamsql.planning.plan import TARGET, WEIGHT, Column, InputTable, new_input
+from dbt.adapters.streamsql.planning.plan import DIALECT, TARGET, WEIGHT, Column, InputTable, new_input
 
 
 def recompute_change_sql(

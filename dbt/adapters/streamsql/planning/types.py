@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.binding import bound_input
-from dbt.adapters.streamsql.planning.plan import InputTable
+from dbt.adapters.streamsql.planning.plan import DIALECT, InputTable
 
 INTEGRAL, FRACTIONAL, DECIMAL = "integral", "fractional", "decimal"
 
@@ -71,7 +71,7 @@ class TypeOracle:
         if isinstance(node, exp.Column):
             return self._column_type(node)
         if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
-            return node.to.sql("spark").lower()
+            return node.to.sql(DIALECT).lower()
         if isinstance(node, exp.Anonymous) and node.name.lower() == "window" and node.expressions:
             # Spark's tumbling/hopping window: a struct of the bounds, in the time column's type
             time_type = self.type_of(node.expressions[0])
