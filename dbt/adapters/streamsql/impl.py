@@ -104,7 +104,7 @@ class StreamSQLAdapter(SparkAdapter):
         settings = dict(config or {})
         runner = self._step_runner(relation, settings, bool(full_refresh))
         runner.planner = lambda sql, inputs, columns, describe: plan_step(
-            sql, inputs, columns, settings, describe)
+            sql, inputs, columns, describe)
         return self._respond(lambda: runner.run(compiled_sql))
 
     @available
