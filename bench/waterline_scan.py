@@ -29,7 +29,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 
 from benchlib import BENCH_DIR, Dbt, machine_info, machine_lines, start_session, write_project_skeleton

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import re
 
-import pytest
 
 from tests.dbt_process import DbtProject
 
-pytestmark = pytest.mark.functional
 
 BATCH = 50
 MODELS = {

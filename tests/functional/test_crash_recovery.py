@@ -19,7 +19,6 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.streamsql.execution.step import FAULT_INJECTION_ENV
 
-pytestmark = pytest.mark.functional
 
 LINEAR_CHECKPOINTS = ["start", "before_commit", "after_commit"]  # a linear step has no state
 AGGREGATE_CHECKPOINTS = ["start", "before_state", "after_state", "before_commit", "after_commit"]

@@ -17,14 +17,13 @@ from __future__ import annotations
 import datetime
 import os
 import random
-from collections import Counter
 from decimal import Decimal
 from typing import Dict, List, Optional, Sequence
 
 import pytest
 from dbt.tests.util import run_dbt
 
-pytestmark = pytest.mark.functional
+from tests.differential import as_bag, bag_diff, model_columns, sql_literal, values_clause
 
 SEED = int(os.environ.get("STREAMSQL_DIFF_SEED", "20240101"))
 # CI runs 7 steps (to keep the whole CI run well under its hour); run longer histories locally.
@@ -166,22 +165,6 @@ BASE_TIME = datetime.datetime(2024, 1, 1, 0, 0)
 # -- the random history ---------------------------------------------------------------------------
 
 
-def sql_literal(value) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, datetime.datetime):
-        return f"TIMESTAMP'{value:%Y-%m-%d %H:%M:%S}'"
-    if isinstance(value, Decimal):
-        return f"CAST({value} AS DECIMAL(10,2))"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    return str(value)
-
-
-def values_clause(rows: Sequence[tuple]) -> str:
-    return ", ".join("(" + ", ".join(sql_literal(v) for v in row) + ")" for row in rows)
-
-
 class History:
     """Random DML on the three sources; row ids are reused on purpose (duplicates)."""
 
@@ -286,40 +269,6 @@ class History:
         return statements
 
 
-# -- the check ------------------------------------------------------------------------------------
-
-
-def normalized(value):
-    if isinstance(value, float):
-        return round(value, 6)
-    if isinstance(value, Decimal):
-        return value.normalize() if value == value else value
-    return value
-
-
-def as_bag(rows) -> Counter:
-    return Counter(tuple(normalized(v) for v in row) for row in rows)
-
-
-def model_columns(project, relation: str) -> List[str]:
-    rows = project.run_sql(f"describe table {relation}", fetch="all")
-    columns = []
-    for row in rows:
-        name = (row[0] or "").strip()
-        if not name or name.startswith("#"):
-            break
-        if not name.startswith("_streamsql_"):
-            columns.append(name)
-    return columns
-
-
-def differences(expected: Counter, actual: Counter) -> str:
-    missing = expected - actual
-    extra = actual - expected
-    return (f"missing (expected, not in the model): {sorted(missing.items(), key=repr)[:10]}; "
-            f"extra (in the model, not expected): {sorted(extra.items(), key=repr)[:10]}")
-
-
 class TestDifferential:
     @pytest.fixture(scope="class")
     def dbt_profile_target(self, dbt_profile_target):
@@ -392,5 +341,5 @@ class TestDifferential:
                                                   fetch="all"))
                 assert actual == expected, (
                     f"model {name} differs from its query after step {step} "
-                    f"(plan {MODELS[name][1]}): {differences(expected, actual)}; {context}\n"
+                    f"(plan {MODELS[name][1]}):\n{bag_diff(name, expected, actual)}\n{context}\n"
                     f"SQL: {body}")

@@ -40,10 +40,7 @@ from typing import Dict, List, Optional, Sequence
 import pytest
 from dbt.tests.util import run_dbt
 
-from tests.functional.test_differential import (as_bag, model_columns, normalized, sql_literal,
-                                                values_clause)
-
-pytestmark = pytest.mark.functional
+from tests.differential import as_bag, bag_diff, model_columns, sql_literal, values_clause
 
 SEED = int(os.environ.get("STREAMSQL_LATE_DIFF_SEED", "20240404"))
 # CI runs 6 steps (late deletes start from step 3); run longer histories locally.
@@ -356,15 +353,6 @@ class LatenessOracle:
 
 
 # -- the check ------------------------------------------------------------------------------------
-
-
-def bag_diff(what: str, expected: Counter, actual: Counter) -> str:
-    missing, extra = expected - actual, actual - expected
-    lines = [f"{what}: {sum(missing.values())} row(s) expected but missing, "
-             f"{sum(extra.values())} unexpected"]
-    lines += [f"  - missing x{n}: {row}" for row, n in sorted(missing.items(), key=repr)[:15]]
-    lines += [f"  + extra   x{n}: {row}" for row, n in sorted(extra.items(), key=repr)[:15]]
-    return "\n".join(lines)
 
 
 def table_versions(project, schema: str, tables: Sequence[str]) -> Dict[str, int]:

@@ -9,7 +9,6 @@ import os
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
-pytestmark = pytest.mark.functional
 
 SOURCES_YML = """
 version: 2

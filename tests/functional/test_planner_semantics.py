@@ -32,7 +32,6 @@ from dbt.adapters.streamsql.planning.plan import (
 )
 from dbt.adapters.streamsql.planning.planner import plan_step
 
-pytestmark = pytest.mark.functional
 
 T_SCHEMA = "id int, k int, v decimal(10,2), ts timestamp, arr array<int>, s string, n int"
 U_SCHEMA = "k int, w bigint"
