@@ -269,7 +269,7 @@ def start_session(target: Dict[str, Any]) -> Any:
     """
     import logging
 
-    from dbt.adapters.streamsql.session import SessionSettings, get_spark_session
+    from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
 
     spark = get_spark_session(SessionSettings(
         warehouse_dir=target["warehouse_dir"], master=target["master"],

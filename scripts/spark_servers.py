@@ -6,8 +6,8 @@
 
 Each command starts its servers on 127.0.0.1, prints how to point a profile at them, and stops them
 on Ctrl-C. The Thrift Server gets the same Delta settings as the embedded session
-(`dbt/adapters/streamsql/session.py`): Delta's SQL extensions and catalog, Delta's jars from Maven
-Central, a Derby metastore and the tables under its own warehouse directory, the change data feed
+(`dbt/adapters/streamsql/embedded_spark.py`): Delta's SQL extensions and catalog, Delta's jars
+from Maven Central, a Derby metastore and the tables under its own warehouse directory, the change data feed
 on for new tables, Delta as the default format.
 
 `pip install pyspark` ships Spark's jars (including the Thrift Server's) and `bin/spark-class` and
@@ -276,8 +276,7 @@ def driver_class_path(jars: Sequence[str]) -> List[str]:
 def thrift_server_conf(warehouse_dir: Path, overrides: Optional[Dict[str, str]] = None
                        ) -> Dict[str, str]:
     """The embedded session's settings (Delta, metastore, warehouse), for a Thrift Server."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from dbt.adapters.streamsql.session import SessionSettings
+    from dbt.adapters.streamsql.embedded_spark import SessionSettings
 
     settings = SessionSettings(warehouse_dir=str(warehouse_dir), master="", lock_timeout=0,
                                server_side_parameters=dict(overrides or {}))

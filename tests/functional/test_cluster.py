@@ -21,10 +21,9 @@ from typing import Any, Dict
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+from scripts.spark_servers import StandaloneCluster, ThriftServer
 
-from spark_servers import StandaloneCluster, ThriftServer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 STEPS = int(os.environ.get("STREAMSQL_CLUSTER_STEPS", "2"))
 RATE = int(os.environ.get("STREAMSQL_CLUSTER_RATE", "50"))

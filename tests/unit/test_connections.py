@@ -4,7 +4,7 @@ import pytest
 from TCLIService.ttypes import TOperationState
 
 from dbt.adapters.streamsql import connections
-from dbt.adapters.streamsql.session import SessionSettings
+from dbt.adapters.streamsql.embedded_spark import SessionSettings
 from dbt.adapters.streamsql.connections import (
     ThriftConnectionWrapper,
     thrift_session_configuration,

@@ -20,7 +20,7 @@ from dbt.adapters.spark.connections import (
 from dbt.adapters.spark.session import Cursor, SessionConnectionWrapper
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
-from dbt.adapters.streamsql.session import SessionSettings, get_spark_session
+from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
 
 logger = AdapterLogger("StreamSQL")
 

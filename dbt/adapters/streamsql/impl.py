@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 from dbt.adapters.base import BaseRelation, available
 from dbt.adapters.contracts.connection import AdapterResponse
@@ -13,8 +14,14 @@ from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
-from dbt.adapters.streamsql.execution.session import AdapterSqlSession
-from dbt.adapters.streamsql.execution.step import ModelSettings, StepError, StepResult, StepRunner
+from dbt.adapters.streamsql.execution.sql_session import AdapterSqlSession
+from dbt.adapters.streamsql.execution.step import (
+    ModelSettings,
+    StepError,
+    StepResult,
+    flush_step,
+    run_step,
+)
 from dbt_common.exceptions import DbtRuntimeError
 
 logger = AdapterLogger("StreamSQL")
@@ -55,14 +62,60 @@ class StepResponse(AdapterResponse):
     seconds: float = 0.0
 
 
-def _no_planner(*_: Any) -> Any:
-    raise AssertionError("this operation plans nothing")
-
-
 def _as_list(value: Any) -> List[str]:
     if value is None:
         return []
     return [value] if isinstance(value, str) else list(value)
+
+
+def model_settings(relation: BaseRelation, config: Dict[str, Any],
+                   full_refresh: bool) -> ModelSettings:
+    """What a step needs to know of a model: its table and the configs it obeys."""
+    name = str(relation.identifier)
+    location_root = config.get("location_root")
+    return ModelSettings(
+        name=name,
+        schema=str(relation.schema),
+        identifier=name,
+        full_refresh=full_refresh,
+        append_only=bool(config.get("append_only")),
+        partition_by=_as_list(config.get("partition_by")),
+        cluster_by=_as_list(config.get("liquid_clustered_by")),
+        tblproperties=config.get("tblproperties") or {},
+        location=f"{location_root}/{name}" if location_root else None,
+        lateness=config.get("lateness") or {},
+        max_future=config.get("max_future") or {},
+        watermark=config.get("watermark") or {},
+    )
+
+
+@contextmanager
+def errors_as_dbt_errors() -> Iterator[None]:
+    """A step's own errors (they name the model and the fix) as dbt reports runtime errors."""
+    try:
+        yield
+    except StepError as exc:
+        raise DbtRuntimeError(str(exc)) from exc
+
+
+def step_response(result: StepResult) -> StepResponse:
+    """The step's log line, logged, and its numbers as run_results.json's adapter response."""
+    logger.info(result.log_line())
+    return StepResponse(
+        _message=result.log_line(),
+        rows_affected=result.applied,
+        step=result.step,
+        plan=result.plan,
+        reason=result.reason,
+        changes_read=result.changes_read,
+        applied=result.applied,
+        inserted=result.inserted,
+        deleted=result.deleted,
+        late=result.late,
+        held=result.held,
+        waterline=result.waterline,
+        seconds=round(result.seconds, 3),
+    )
 
 
 class StreamSQLAdapter(SparkAdapter):
@@ -99,59 +152,15 @@ class StreamSQLAdapter(SparkAdapter):
         self, relation: BaseRelation, compiled_sql: str, config: Any, full_refresh: bool
     ) -> StepResponse:
         """Run one step of the incremental view `relation` (called by the materialization)."""
-        from dbt.adapters.streamsql.planning.planner import plan_step
-
-        settings = dict(config or {})
-        runner = self._step_runner(relation, settings, bool(full_refresh))
-        runner.planner = lambda sql, inputs, columns, describe: plan_step(
-            sql, inputs, columns, describe)
-        return self._respond(lambda: runner.run(compiled_sql))
+        model = model_settings(relation, dict(config or {}), bool(full_refresh))
+        with errors_as_dbt_errors():
+            result = run_step(AdapterSqlSession(self), model, compiled_sql, log=logger.info)
+        return step_response(result)
 
     @available
     def streamsql_flush(self, relation: BaseRelation, config: Any) -> StepResponse:
         """Release everything the model's WATERMARK holds (the `streamsql_flush` operation)."""
-        runner = self._step_runner(relation, dict(config or {}), full_refresh=False)
-        return self._respond(runner.flush)
-
-    def _step_runner(self, relation: BaseRelation, config: Dict[str, Any],
-                     full_refresh: bool) -> StepRunner:
-        name = str(relation.identifier)
-        location_root = config.get("location_root")
-        model = ModelSettings(
-            name=name,
-            schema=str(relation.schema),
-            identifier=name,
-            full_refresh=full_refresh,
-            append_only=bool(config.get("append_only")),
-            partition_by=_as_list(config.get("partition_by")),
-            cluster_by=_as_list(config.get("liquid_clustered_by")),
-            tblproperties=config.get("tblproperties") or {},
-            location=f"{location_root}/{name}" if location_root else None,
-            lateness=config.get("lateness") or {},
-            max_future=config.get("max_future") or {},
-            watermark=config.get("watermark") or {},
-        )
-        return StepRunner(AdapterSqlSession(self), model, planner=_no_planner, log=logger.info)
-
-    @staticmethod
-    def _respond(step: Callable[[], StepResult]) -> StepResponse:
-        try:
-            result = step()
-        except StepError as exc:
-            raise DbtRuntimeError(str(exc)) from exc
-        logger.info(result.log_line())
-        return StepResponse(
-            _message=result.log_line(),
-            rows_affected=result.applied,
-            step=result.step,
-            plan=result.plan,
-            reason=result.reason,
-            changes_read=result.changes_read,
-            applied=result.applied,
-            inserted=result.inserted,
-            deleted=result.deleted,
-            late=result.late,
-            held=result.held,
-            waterline=result.waterline,
-            seconds=round(result.seconds, 3),
-        )
+        model = model_settings(relation, dict(config or {}), full_refresh=False)
+        with errors_as_dbt_errors():
+            result = flush_step(AdapterSqlSession(self), model, log=logger.info)
+        return step_response(result)

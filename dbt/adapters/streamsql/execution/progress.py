@@ -30,7 +30,7 @@ class StepRecord:
     incarnation: str = ""
     input_versions: Dict[str, int] = field(default_factory=dict)
     state_version: Optional[int] = None  # the aggregate state table's version after this step
-    stage_versions: Dict[str, int] = field(default_factory=dict)  # each stage's state table's
+    stage_versions: Dict[str, int] = field(default_factory=dict)  # each stage state table's, by stage
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     max_seen: Dict[str, Optional[str]] = field(default_factory=dict)
     watermark_seen: Dict[str, Optional[str]] = field(default_factory=dict)

@@ -326,7 +326,7 @@ def merge_state(state: str, new_groups: str, group_columns: Sequence[Column],
     """Write the new state of the changed groups.
 
     `state_bounds` are predicates over the state (alias `GROUP_ALIAS`) that every changed group
-    meets (see `lateness.final_group_bounds`); Delta skips the files of final groups that fail them.
+    meets (see `state.final_group_bounds`); Delta skips the files of final groups that fail them.
     """
     cols = column_list(state_columns)
     bounds = "".join(f" AND {re.sub(rf'(?<![A-Za-z0-9_]){GROUP_ALIAS}[.]', 'st.', bound)}"

@@ -1,15 +1,31 @@
-"""The SQL session a step runs in: the adapter's connection for the current thread."""
+"""The SQL session a step runs in: the `SqlSession` protocol, and the adapter's connection.
+
+Not to be confused with `embedded_spark.py`, which starts the SparkSession that `method: session`
+connections run on; this module is how a step sends SQL through whichever connection dbt holds.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Protocol
 
 from dbt.adapters.events.types import SQLQuery, SQLQueryStatus
 from dbt_common.events.contextvars import get_node_info
 from dbt_common.events.functions import fire_event
 
 from dbt.adapters.streamsql.execution.statements import cached_view
+
+
+class SqlSession(Protocol):
+    """Where a step's statements run. Tests use a fake (tests/unit/fake_sql_session.py)."""
+
+    def query(self, statement: str) -> List[Dict[str, Any]]: ...
+
+    def run(self, statement: str) -> None: ...
+
+    def materialize(self, name: str, select: str) -> None: ...
+
+    def release(self, name: str) -> None: ...
 
 
 class AdapterSqlSession:

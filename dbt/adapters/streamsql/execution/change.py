@@ -1,0 +1,115 @@
+"""Phase 3 of a step: the model's change, one function per kind of plan.
+
+Each returns the name of a view holding the model's change as weighted rows (plan.py: the
+model's columns plus `_streamsql_weight`), consolidated unless noted, and computes nothing it
+writes: a plan with state returns its state write (`commit.StateWrite`) for commit.py to run.
+
+- `stage_change`: an aggregate below the top of the query (planning/stages.py); binds the stage's
+  placeholders so that what reads it sees one more input. Stages run first, in plan order.
+- `linear_change`: projection, filter, UNION ALL, joins, over input (and stage) changes.
+- `aggregate_change`: GROUP BY and its kin, through the model's state table.
+- `recompute_change`: the query over the new inputs, diffed with the model's table.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Sequence, Tuple
+
+from dbt.adapters.streamsql.execution import lateness as late
+from dbt.adapters.streamsql.execution import statements as sql
+from dbt.adapters.streamsql.execution.bounds import bind_bounds
+from dbt.adapters.streamsql.execution.commit import StateWrite
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.progress import StepRecord
+from dbt.adapters.streamsql.execution.state import changed_groups, group_columns, output_change
+from dbt.adapters.streamsql.planning.plan import (
+    GROUPS,
+    TARGET,
+    StagePlan,
+    StepPlan,
+    delta_input,
+    new_input,
+    old_input,
+)
+
+
+def stage_change(ctx: StepContext, stage: StagePlan, views: Dict[str, str],
+                 previous: StepRecord) -> Tuple[int, StateWrite]:
+    """Bind a stage's placeholders (its result before and after the step, and the change).
+
+    Returns how many rows of the stage's change are removals, and the write of its state.
+    """
+    aggregate, label, position = stage.aggregate, f"{stage.name}_", stage.position
+    table = ctx.model.stage_table(stage.name)
+    state = sql.input_as_of(table, previous.stage_versions[stage.name])
+    groups = changed_groups(ctx, label, aggregate, views, state)
+    net = output_change(ctx, label, aggregate, groups, stage.columns)
+    # The stage's whole result, before and after the step: what reads it may need any group.
+    whole_state = ctx.views.view(f"{label}whole_state", state)
+    state_after = ctx.views.view(f"{label}state_after", sql.state_after(
+        whole_state, groups.new, group_columns(aggregate)))
+    columns = sql.column_list(stage.columns)
+    for version, placeholder, state_view in (("old", old_input(position), whole_state),
+                                             ("new", new_input(position), state_after)):
+        output = sql.bind_placeholders(aggregate.output_sql, {GROUPS: state_view})
+        views[placeholder] = ctx.views.view(f"{label}{version}",
+                                            f"SELECT {columns} FROM ({output})")
+    views[delta_input(position)] = net
+    removals = int(ctx.session.query(sql.count_changes(net))[0]["removals"])
+    return removals, StateWrite(table, aggregate, groups, fresh=previous.step == 0,
+                                stage=stage.name)
+
+
+def linear_change(ctx: StepContext, plan: StepPlan, views: Dict[str, str]) -> str:
+    """The change of a linear query: its delta rules over the input (and stage) changes.
+
+    A monotonic query over inserts only changes by inserts: every row of its change has weight
+    +1 and it is appended without netting (on a first step, without even materializing it:
+    it is evaluated twice, counted and inserted, which costs less than copying a whole
+    snapshot's result). Otherwise the change is consolidated.
+    """
+    bind_target(ctx, views)
+    change_sql, monotonic = plan.change_sql or "", plan.monotonic
+    # The form that reads no input's older version has negative terms even for inserts:
+    # used where the change is netted anyway (something was removed), so that inserts keep
+    # their append without netting.
+    if not (ctx.first_step or (monotonic and ctx.inserts_only)) and plan.later_change_sql:
+        change_sql, monotonic = plan.later_change_sql, plan.later_monotonic
+    bind_bounds(ctx, plan.bounds, change_sql, views)
+    # Used once, by `net`: a plain view, so Spark plans both as one query.
+    change = ctx.views.view("change", sql.bind_placeholders(change_sql, views))
+    if monotonic and ctx.inserts_only and ctx.first_step:
+        return change
+    if monotonic and ctx.inserts_only:
+        return ctx.views.materialize("net", f"SELECT * FROM {change}")
+    return ctx.views.materialize("net", sql.consolidate(change, plan.output_columns))
+
+
+def recompute_change(ctx: StepContext, plan: StepPlan, views: Dict[str, str]) -> str:
+    """The query over the new inputs (+1) and the model's table before the step (-1), netted."""
+    bind_target(ctx, views)
+    change = ctx.views.view("change", sql.bind_placeholders(plan.change_sql or "", views))
+    return ctx.views.materialize("net", sql.consolidate(change, plan.output_columns))
+
+
+def bind_target(ctx: StepContext, views: Dict[str, str]) -> None:
+    """`__streamsql_target__`: the model's table as of the step's start."""
+    version = ctx.target_version
+    if version is None:
+        version = ctx.latest_version(ctx.model.target)
+    views[TARGET] = ctx.views.view("target", sql.input_as_of(ctx.model.target, version))
+
+
+def aggregate_change(ctx: StepContext, plan: StepPlan, views: Dict[str, str],
+                     previous: StepRecord,
+                     lateness: Sequence[late.LatenessRule]) -> Tuple[str, StateWrite]:
+    """The top aggregate's change to the model, and the write of its state."""
+    aggregate = plan.aggregate
+    assert aggregate is not None and previous.state_version is not None
+    state = sql.input_as_of(ctx.model.state_table, previous.state_version)
+    groups = changed_groups(ctx, "", aggregate, views, state, lateness, previous.waterline)
+    # The table starts empty, even where the query's old output is not (a global aggregate
+    # has one row over no input): on the first step there is nothing to delete.
+    net = output_change(ctx, "", aggregate, groups, plan.output_columns,
+                        nothing_before=previous.step == 0)
+    return net, StateWrite(ctx.model.state_table, aggregate, groups, fresh=previous.step == 0)

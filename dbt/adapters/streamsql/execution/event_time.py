@@ -1,0 +1,119 @@
+"""Phase 4 of a step: event time. WATERMARK first, then LATENESS, on the model's change.
+
+`event_time_rules` reads and checks the model's config before the step writes anything (a
+wrong config fails the step with the model, the config and the fix named). `apply_event_time`
+then turns the model's change into the change to apply: WATERMARK holds back what the data has
+not moved past yet and releases what it now allows (watermark.py has the rule); LATENESS sets
+aside what is late, NULL or too far in the future, and moves the waterline (lateness.py). Both
+only compute: what they write (held rows, quarantined rows, waterlines) is described in the
+step's `StepWrites` and written by commit.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence
+
+from dbt.adapters.streamsql.execution import lateness as late
+from dbt.adapters.streamsql.execution import statements as sql
+from dbt.adapters.streamsql.execution import watermark as wm
+from dbt.adapters.streamsql.execution.bookkeeping import interrupted
+from dbt.adapters.streamsql.execution.commit import HeldWrite, QuarantineWrite, StepWrites
+from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
+from dbt.adapters.streamsql.execution.progress import StepRecord
+from dbt.adapters.streamsql.planning.plan import Column
+
+
+@dataclass
+class EventTimeRules:
+    lateness: List[late.LatenessRule]
+    watermark: List[wm.WatermarkRule]
+
+    @property
+    def columns(self) -> List[str]:
+        """Every column a LATENESS or WATERMARK rule names."""
+        return [rule.column.name for rule in list(self.lateness) + list(self.watermark)]
+
+
+def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> EventTimeRules:
+    """The model's LATENESS and WATERMARK, checked before the step writes anything."""
+    model = ctx.model
+    try:
+        rules = late.lateness_rules(model.name, output_columns, model.lateness, model.max_future)
+        held = wm.watermark_rules(model.name, output_columns, model.watermark)
+    except late.LatenessConfigError as exc:
+        raise StepError(str(exc)) from exc
+    for hold_rule in held:
+        try:
+            ctx.session.query(wm.addition_check(hold_rule))
+        except Exception as exc:
+            raise StepError(
+                f"Model {model.name}: config watermark[{hold_rule.column.name}] = "
+                f"{hold_rule.delay!r} cannot be added to column {hold_rule.column.name} of "
+                f"type {hold_rule.column.data_type}. Use an INTERVAL for timestamps and "
+                f"dates and a number for numeric columns. Spark said: "
+                f"{str(exc).splitlines()[0][:300]}"
+            ) from exc
+    for rule in rules:
+        try:
+            described = ctx.session.query(late.subtraction_check(rule))
+            problem = late.subtraction_error(rule, described[0]["data_type"])
+        except Exception as exc:
+            problem = str(exc).splitlines()[0][:300]
+        if problem:
+            raise StepError(
+                f"Model {model.name}: config lateness[{rule.column.name}] = "
+                f"{rule.lateness!r} cannot be subtracted from column {rule.column.name} of "
+                f"type {rule.column.data_type}: {problem}. Use an INTERVAL for timestamps "
+                f"and dates (e.g. \"INTERVAL 1 HOUR\") and a number for numeric columns."
+            )
+    return EventTimeRules(rules, held)
+
+
+def apply_event_time(ctx: StepContext, net: str, columns: Sequence[Column], rules: EventTimeRules,
+                     previous: StepRecord, record: StepRecord, result: StepResult,
+                     writes: StepWrites, release_all: bool = False) -> str:
+    """The change to apply to the model: WATERMARK, then LATENESS, applied to `net`."""
+    if rules.watermark:
+        net = apply_watermark(ctx, net, columns, rules.watermark, previous, record, writes,
+                              release_all)
+    if rules.lateness:
+        net = apply_lateness(ctx, net, columns, rules.lateness, previous, record, result, writes)
+    return net
+
+
+def apply_watermark(ctx: StepContext, net: str, columns: Sequence[Column],
+                    rules: Sequence[wm.WatermarkRule], previous: StepRecord, record: StepRecord,
+                    writes: StepWrites, release_all: bool) -> str:
+    """Hold back changes the watermark does not allow yet; release those it now allows."""
+    session, pending, step = ctx.session, ctx.model.pending_table, record.step
+    if interrupted(ctx, pending, previous):
+        for statement in wm.forget_attempt(pending, step):
+            session.run(statement)
+    held_before = ctx.views.view("pending", sql.input_as_of(pending, ctx.latest_version(pending)))
+    row = session.query(wm.seen_query(net, rules, previous.watermark_seen))[0]
+    for i, rule in enumerate(rules):
+        record.watermark_seen[rule.column.name] = row[f"s_{i}"]
+    condition = wm.release_condition(rules, record.watermark_seen, release_all)
+    candidates = ctx.views.materialize("candidates", wm.candidates(net, held_before, columns, step))
+    released = ctx.views.materialize("released", sql.consolidate(
+        f"({wm.released(candidates, columns, condition)})", columns))
+    writes.held = HeldWrite(condition, candidates, columns)
+    return released
+
+
+def apply_lateness(ctx: StepContext, net: str, columns: Sequence[Column],
+                   rules: Sequence[late.LatenessRule], previous: StepRecord, record: StepRecord,
+                   result: StepResult, writes: StepWrites) -> str:
+    """Set late changes aside, move the waterline, and return the changes to apply."""
+    classified = ctx.views.materialize("classified", late.classify(net, columns, rules,
+                                                                   previous.waterline))
+    result.late = int(ctx.session.query(late.late_count(classified))[0]["n"])
+    row = ctx.session.query(late.waterline_query(classified, rules, previous.waterline,
+                                                 previous.max_seen))[0]
+    for i, rule in enumerate(rules):
+        record.waterline[rule.column.name] = row[f"w_{i}"]
+        record.max_seen[rule.column.name] = row[f"m_{i}"]
+    writes.quarantine = QuarantineWrite(classified, columns, rules)
+    # A plain view over the materialized `classified`: counted and applied, never recomputed.
+    return ctx.views.view("on_time", late.on_time(classified, columns))

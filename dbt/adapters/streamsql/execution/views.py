@@ -1,0 +1,44 @@
+"""The temporary views a step computes with, and which of them are materialized.
+
+A plain view is read once and planned together with what reads it. A materialized view
+(`SqlSession.materialize`: a local checkpoint in the embedded session, CACHE TABLE over Thrift) is
+computed once, now: for results read several times, or read across the step's own writes to
+the tables they were computed from. `drop_all` frees the materialized ones at the end of a step;
+plain views keep their names from step to step and are replaced, not dropped.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from dbt.adapters.streamsql.execution import statements as sql
+from dbt.adapters.streamsql.execution.sql_session import SqlSession
+
+
+class StepViews:
+    def __init__(self, session: SqlSession, prefix: str) -> None:
+        self.session = session
+        self.prefix = prefix
+        self._materialized: List[str] = []
+
+    def view(self, label: str, select: str) -> str:
+        """A plain view: read once, planned with what reads it."""
+        name = f"{self.prefix}_{label}"
+        self.session.run(sql.temp_view(name, select))
+        return name
+
+    def materialize(self, label: str, select: str) -> str:
+        """A view computed once, now: read several times, or across the step's writes."""
+        name = f"{self.prefix}_{label}"
+        self.session.materialize(name, select)
+        self._materialized.append(name)
+        return name
+
+    def drop_all(self) -> None:
+        """Free the data of the step's materialized views (plain views are replaced next step)."""
+        for name in reversed(self._materialized):
+            try:
+                self.session.release(name)
+            except Exception:  # cleanup must not hide the step's own error
+                pass
+        self._materialized.clear()

@@ -1,0 +1,266 @@
+"""A stand-in for Spark and Delta that a step's orchestration can run against, without Spark.
+
+It keeps what a step's bookkeeping depends on, and nothing else: which tables exist, their
+columns and properties, and each table's Delta history (version, operation, the commit's
+`userMetadata`, and the idempotent-write ids `txnAppId`/`txnVersion`, which it honours the way
+Delta does: a second write with an id and version already seen commits nothing). Queries that
+would compute rows are answered from `FakeSqlSession.answers` (change counts, waterlines, ...).
+
+Every statement is appended to `statements`, so a test can assert which statements a step runs
+and in which order; `commits(table)` shows what a table's history holds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import sqlglot
+from sqlglot import exp
+
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+WRITES = [
+    (re.compile(r"^INSERT INTO (\S+)", re.I), "WRITE"),
+    (re.compile(r"^MERGE INTO (\S+)", re.I), "MERGE"),
+    (re.compile(r"^UPDATE (\S+)", re.I), "UPDATE"),
+    (re.compile(r"^DELETE FROM (\S+)", re.I), "DELETE"),
+    (re.compile(r"^ALTER TABLE (\S+) SET TBLPROPERTIES", re.I), "SET TBLPROPERTIES"),
+    (re.compile(r"^RESTORE TABLE (\S+) TO VERSION AS OF (\d+)", re.I), "RESTORE"),
+]
+
+
+def table_key(name: str) -> str:
+    """`demo`.`t`, demo.t and DEMO.T all name the same table."""
+    return name.replace("`", "").lower()
+
+
+def split_top_level(text: str) -> List[str]:
+    """Splits on commas outside parentheses and angle brackets (column definitions)."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        if char in "(<":
+            depth += 1
+        elif char in ")>":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    if current.strip():
+        parts.append(current.strip())
+    return parts
+
+
+@dataclass
+class FakeTable:
+    columns: List[Tuple[str, str]]
+    properties: Dict[str, str] = field(default_factory=dict)
+    history: List[Dict[str, Any]] = field(default_factory=list)  # oldest first
+    txns: Dict[str, int] = field(default_factory=dict)
+
+    @property
+    def version(self) -> int:
+        return self.history[-1]["version"]
+
+    def commit(self, operation: str, metadata: Optional[str] = None) -> None:
+        self.history.append({"version": len(self.history), "operation": operation,
+                             "userMetadata": metadata})
+
+
+@dataclass
+class Answers:
+    """What the queries that compute rows return; a test sets what its scenario needs."""
+
+    changes: int = 3  # rows of an input's change (count_changes) or snapshot (count_rows)
+    removals: int = 0  # of which remove a row
+    inserts: int = 3  # rows the model's change inserts (change_counts)
+    deletes: int = 0  # ... and deletes
+    widest: int = 1  # most copies of one row in the change
+    recompute_groups: int = 0  # MIN/MAX groups that need a recompute (recompute_check)
+    late: int = 0  # late copies (late_count)
+    held: int = 0  # rows WATERMARK holds (held_count)
+    waterline: Optional[str] = "2024-01-01 10:00:00"  # w_<i> of waterline_query
+    max_seen: Optional[str] = "2024-01-01 11:00:00"  # m_<i>
+    seen: Optional[str] = "2024-01-01 11:00:00"  # s_<i> of the watermark's seen_query
+    bound: str = "1"  # every key bound's value (bound_texts)
+    touched_final_groups: Sequence[str] = ()  # final groups a late change touches
+
+
+class FakeSqlSession:
+    """Implements the executor's `SqlSession` over `FakeTable`s."""
+
+    def __init__(self, describe: Optional[Callable[[str], Optional[List[Tuple[str, str]]]]] = None):
+        self.tables: Dict[str, FakeTable] = {}
+        self.conf: Dict[str, str] = {}
+        self.statements: List[str] = []
+        self.answers = Answers()
+        self.describe = describe or (lambda sql: None)
+        # DESCRIBE QUERY answers a column by its name: a source's columns, or what a test sets
+        # here; anything else is a bigint.
+        self.column_types: Dict[str, str] = {}
+        self.fail_on: Optional[Tuple[str, str]] = None  # (statement prefix, error message)
+
+    # -- setting up ---------------------------------------------------------------------------
+
+    def create_source(self, name: str, columns: Sequence[Tuple[str, str]],
+                      change_feed: bool = True) -> None:
+        properties = {"delta.enableChangeDataFeed": "true"} if change_feed else {}
+        table = FakeTable(list(columns), properties)
+        table.commit("CREATE TABLE")
+        self.column_types.update(dict(columns))
+        self.tables[table_key(name)] = table
+
+    def append_to(self, name: str) -> None:
+        """Someone else writes to a source: a new version."""
+        self.tables[table_key(name)].commit("WRITE")
+
+    def commits(self, name: str) -> List[Dict[str, Any]]:
+        return list(self.tables[table_key(name)].history)
+
+    # -- the SqlSession protocol --------------------------------------------------------------
+
+    def query(self, statement: str) -> List[Dict[str, Any]]:
+        self.statements.append(statement)
+        self._maybe_fail(statement)
+        return self._answer(statement.strip())
+
+    def run(self, statement: str) -> None:
+        self.statements.append(statement)
+        self._maybe_fail(statement)
+        self._answer(statement.strip())
+
+    def materialize(self, name: str, select: str) -> None:
+        self.statements.append(f"CHECKPOINT {name} AS {select}")
+
+    def release(self, name: str) -> None:
+        self.statements.append(f"RELEASE {name}")
+
+    # -- statements -----------------------------------------------------------------------------
+
+    def _maybe_fail(self, statement: str) -> None:
+        if self.fail_on and statement.strip().startswith(self.fail_on[0]):
+            raise RuntimeError(self.fail_on[1])
+
+    def _table(self, name: str) -> FakeTable:
+        table = self.tables.get(table_key(name))
+        if table is None:
+            raise RuntimeError(f"[TABLE_OR_VIEW_NOT_FOUND] The table or view {name} cannot be found.")
+        return table
+
+    def _answer(self, statement: str) -> List[Dict[str, Any]]:
+        match = re.match(r"^SET ([^=]+)=(.*)$", statement, re.S)
+        if match:
+            self.conf[match.group(1)] = match.group(2)
+            return []
+        match = re.match(r"^RESET (\S+)$", statement)
+        if match:
+            self.conf.pop(match.group(1), None)
+            return []
+        match = re.match(r"^DESCRIBE HISTORY (\S+)(?: LIMIT (\d+))?$", statement)
+        if match:
+            history = list(reversed(self._table(match.group(1)).history))
+            return history[:int(match.group(2))] if match.group(2) else history
+        match = re.match(r"^SHOW TBLPROPERTIES (\S+)$", statement)
+        if match:
+            return [{"key": k, "value": v}
+                    for k, v in self._table(match.group(1)).properties.items()]
+        match = re.match(r"^DESCRIBE TABLE (\S+)$", statement)
+        if match:
+            return [{"col_name": n, "data_type": t}
+                    for n, t in self._table(match.group(1)).columns]
+        match = re.match(r"^DESCRIBE QUERY (.*)$", statement, re.S)
+        if match:
+            return [{"col_name": n, "data_type": t} for n, t in self._describe(match.group(1))]
+        match = re.match(r"^SHOW TABLES IN (\S+) LIKE '(.*)'$", statement)
+        if match:
+            wanted = f"{table_key(match.group(1))}.{match.group(2).lower()}"
+            return [{"tableName": match.group(2)}] if wanted in self.tables else []
+        match = re.match(r"^CREATE (OR REPLACE TABLE|TABLE IF NOT EXISTS) (\S+) \((.*?)\) USING delta"
+                         r"(?:.*TBLPROPERTIES \((.*)\))?$", statement, re.S)
+        if match:
+            self._create(*match.groups())
+            return []
+        for pattern, operation in WRITES:
+            match = pattern.match(statement)
+            if match:
+                self._write(match.group(1), operation)
+                return []
+        if re.match(r"^(CREATE OR REPLACE TEMPORARY VIEW|DROP VIEW|CACHE TABLE)", statement):
+            return []
+        return self._select(statement)
+
+    def _create(self, how: str, name: str, definition: str, properties: Optional[str]) -> None:
+        key = table_key(name)
+        if how.startswith("TABLE IF NOT EXISTS") and key in self.tables:
+            return
+        columns = []
+        for part in split_top_level(definition):
+            column, data_type = part.split(" ", 1)
+            columns.append((column.strip("`"), data_type))
+        table = FakeTable(columns)
+        for prop in split_top_level(properties or ""):
+            k, v = prop.split("=", 1)
+            table.properties[k.strip().strip("'")] = v.strip().strip("'")
+        old = self.tables.get(key)
+        if old is not None:  # CREATE OR REPLACE keeps the history and the idempotent-write ids
+            table.history, table.txns = old.history, old.txns
+        table.commit("CREATE OR REPLACE TABLE" if old else "CREATE TABLE",
+                     self.conf.get(USER_METADATA))
+        self.tables[key] = table
+
+    def _write(self, name: str, operation: str) -> None:
+        table = self._table(name)
+        app, version = self.conf.get(TXN_APP_ID), self.conf.get(TXN_VERSION)
+        if app is not None and version is not None:
+            if table.txns.get(app, -1) >= int(version):
+                return  # Delta skips a write it has already committed
+            table.txns[app] = int(version)
+        table.commit(operation, self.conf.get(USER_METADATA))
+
+    def _describe(self, query: str) -> List[Tuple[str, str]]:
+        answered = self.describe(query)
+        if answered is not None:
+            return answered
+        cast = re.match(r"^SELECT CAST\(NULL AS (.+?)\) - \(", query)
+        if cast:  # lateness.subtraction_check: the difference has the column's type
+            return [("w", cast.group(1))]
+        tree = sqlglot.parse_one(query, read="spark")
+        while isinstance(tree, exp.SetOperation):
+            tree = tree.this
+        return [(p.alias_or_name, self.column_types.get(p.alias_or_name, "bigint"))
+                for p in tree.expressions]
+
+    def _select(self, statement: str) -> List[Dict[str, Any]]:
+        a = self.answers
+        if " AS inserts" in statement:
+            return [{"inserts": a.inserts, "deletes": a.deletes, "widest": a.widest}]
+        if " AS removals" in statement:
+            return [{"n": a.changes, "removals": a.removals}]
+        if " AS ok" in statement:
+            return [{"ok": None}]
+        if " AS w_0" in statement:
+            count = len(re.findall(r" AS w_\d+", statement))
+            row: Dict[str, Any] = {}
+            for i in range(count):
+                row.update({f"w_{i}": a.waterline, f"m_{i}": a.max_seen})
+            return [row]
+        if " AS s_0" in statement:
+            return [{f"s_{i}": a.seen for i in range(len(re.findall(r" AS s_\d+", statement)))}]
+        if "CAST(unix_micros(" in statement or re.search(r"CAST\(v0 AS STRING\) AS v0", statement):
+            count = len(re.findall(r" AS v\d+,| AS v\d+ FROM \(", statement))
+            return [{f"v{i}": a.bound for i in range(count)}]
+        if statement.startswith("SELECT DISTINCT CAST("):
+            return [{"v": value} for value in a.touched_final_groups]
+        if "COALESCE(SUM(abs(" in statement:
+            late = "_streamsql_reason IS NOT NULL" in statement
+            return [{"n": a.late if late else a.held}]
+        if statement.startswith("SELECT COUNT(*) AS n FROM") and " WHERE " in statement:
+            return [{"n": a.recompute_groups}]
+        if statement.startswith("SELECT COUNT(*) AS n FROM"):
+            return [{"n": a.changes}]
+        raise AssertionError(f"the fake session has no answer for: {statement[:300]}")

@@ -1,0 +1,89 @@
+"""Key bounds: what the planner derives from join conditions (planning/bounds.py), and how the
+executor turns them into literal predicates (execution/bounds.py), without Spark."""
+
+import sqlglot
+from sqlglot import exp
+
+from dbt.adapters.streamsql.execution.bounds import bind_bounds, key_ranges
+from dbt.adapters.streamsql.execution.context import ModelSettings, StepContext
+from dbt.adapters.streamsql.planning.bounds import AT_LEAST, AT_MOST, conjuncts, extreme_of, range_facts
+from dbt.adapters.streamsql.planning.plan import Column, KeyBound
+from tests.unit.fake_sql_session import FakeSqlSession
+
+
+def condition(text: str) -> exp.Expression:
+    return sqlglot.parse_one(f"SELECT 1 FROM r JOIN c ON {text}", read="spark").find(exp.Join).args["on"]
+
+
+def facts(text: str):
+    return [(column.sql(), side, expression.sql())
+            for part in conjuncts(condition(text))
+            for column, side, expression in range_facts(part, "r", "c")]
+
+
+def test_conjuncts_flatten_and_and_parentheses():
+    parts = conjuncts(condition("(r.a = c.a AND r.b > 1) AND (c.x < 2)"))
+    assert [p.sql() for p in parts] == ["r.a = c.a", "r.b > 1", "c.x < 2"]
+    assert conjuncts(None) == []
+
+
+def test_an_equality_bounds_both_ways_and_a_comparison_one_way():
+    assert facts("r.id = c.seller") == [("r.id", AT_LEAST, "c.seller"), ("r.id", AT_MOST, "c.seller")]
+    assert facts("c.ts > r.ts") == [("r.ts", AT_MOST, "c.ts")]
+    assert facts("r.ts >= c.start") == [("r.ts", AT_LEAST, "c.start")]
+
+
+def test_between_gives_a_lower_and_an_upper_bound():
+    assert facts("r.ts BETWEEN c.start AND c.start + INTERVAL 1 HOUR") == [
+        ("r.ts", AT_LEAST, "c.start"), ("r.ts", AT_MOST, "c.start + INTERVAL '1' HOUR")]
+
+
+def test_no_bound_from_expressions_over_both_sides_aggregates_or_other_relations():
+    assert facts("r.id + c.id = 3") == []
+    assert facts("r.id = c.a + r.b") == []
+    assert facts("r.id = other.id") == []
+    assert facts("r.id = (SELECT MAX(id) FROM c)") == []
+
+
+def test_extreme_of_is_a_scalar_min_or_max_over_the_change():
+    assert extreme_of(sqlglot.parse_one("c.seller"), AT_LEAST, "__streamsql_delta_1__", "c") == (
+        "(SELECT MIN(c.seller) FROM __streamsql_delta_1__ AS c)")
+    assert extreme_of(sqlglot.parse_one("c.seller"), AT_MOST, "__streamsql_delta_1__", "c") == (
+        "(SELECT MAX(c.seller) FROM __streamsql_delta_1__ AS c)")
+
+
+def context(first_step: bool = False) -> StepContext:
+    ctx = StepContext(FakeSqlSession(), ModelSettings(name="m", schema="s", identifier="m"))
+    ctx.first_step = first_step
+    return ctx
+
+
+BOUNDS = [KeyBound("__streamsql_bound_0__", "p.id", ">=", "(SELECT MIN(a.seller) FROM d a)"),
+          KeyBound("__streamsql_bound_1__", "p.id", "<=", "(SELECT MAX(a.seller) FROM d a)")]
+
+
+def test_bound_placeholders_become_literal_predicates_in_one_query():
+    ctx, views = context(), {}
+    ctx.session.answers.bound = "42"
+    bind_bounds(ctx, BOUNDS, "... __streamsql_bound_0__ AND __streamsql_bound_1__", views)
+    assert views == {"__streamsql_bound_0__": "(p.id >= CAST('42' AS bigint))",
+                     "__streamsql_bound_1__": "(p.id <= CAST('42' AS bigint))"}
+    assert [s.split(" ", 2)[:2] for s in ctx.session.statements] == [["DESCRIBE", "QUERY"],
+                                                                     ["SELECT", "CAST(v0"]]
+
+
+def test_a_first_step_and_unused_bounds_cost_no_query():
+    ctx, views = context(first_step=True), {}
+    bind_bounds(ctx, BOUNDS, "uses __streamsql_bound_1__ only", views)
+    assert views == {"__streamsql_bound_1__": "true"}
+    bind_bounds(context(), BOUNDS, "uses no bound", views)
+    assert ctx.session.statements == []
+
+
+def test_key_ranges_cover_the_changes_keys_and_nulls_of_orderable_columns_only():
+    ctx = context()
+    ctx.session.answers.bound = "7"
+    ranges = key_ranges(ctx, [Column("k", "bigint"), Column("tags", "array<string>")], "gd", "g")
+    assert ranges == ["(((g.`k` >= CAST('7' AS bigint)) AND (g.`k` <= CAST('7' AS bigint))) "
+                      "OR g.`k` IS NULL)"]
+    assert key_ranges(context(first_step=True), [Column("k", "bigint")], "gd", "g") == []

@@ -1,0 +1,77 @@
+"""WATERMARK SQL and config checks (execution/watermark.py), without Spark."""
+
+import pytest
+import sqlglot
+
+from dbt.adapters.streamsql.execution import watermark as wm
+from dbt.adapters.streamsql.execution.lateness import LatenessConfigError
+from dbt.adapters.streamsql.planning.plan import Column
+
+COLS = [Column("ts", "timestamp"), Column("seq", "bigint"), Column("place", "string")]
+
+
+def parses(statement: str) -> None:
+    sqlglot.parse_one(statement, read="spark")
+
+
+def rules(**watermark):
+    return wm.watermark_rules("m", COLS, watermark)
+
+
+def test_rules_name_the_model_column_case_insensitively():
+    (rule,) = rules(TS="INTERVAL 10 MINUTES")
+    assert (rule.column, rule.delay) == (COLS[0], "INTERVAL 10 MINUTES")
+
+
+@pytest.mark.parametrize("watermark, message", [
+    ({"when": "10"}, "names column 'when', which the model does not have"),
+    ({"seq": "seq + 1"}, "watermark[seq] = 'seq + 1' is not a constant expression"),
+])
+def test_bad_config_names_the_model_and_the_fix(watermark, message):
+    with pytest.raises(LatenessConfigError, match="Model m: ") as error:
+        wm.watermark_rules("m", COLS, watermark)
+    assert message in str(error.value)
+
+
+def test_addition_check_compares_the_column_with_itself_plus_the_delay():
+    statement = wm.addition_check(rules(seq="100")[0])
+    parses(statement)
+    assert statement == "SELECT CAST(NULL AS bigint) + (100) >= CAST(NULL AS bigint) AS ok"
+
+
+def test_seen_query_carries_the_largest_value_seen_so_far():
+    both = rules(ts="INTERVAL 1 MINUTE", seq="5")
+    statement = wm.seen_query("net", both, {"ts": "2024-01-01 00:00:00", "seq": None})
+    parses(statement)
+    assert ("CAST(greatest(CAST('2024-01-01 00:00:00' AS timestamp), MAX(`ts`)) AS STRING) "
+            "AS s_0") in statement
+    assert "CAST(MAX(`seq`) AS STRING) AS s_1" in statement
+
+
+def test_release_needs_every_column_past_its_delay_and_lets_nulls_through():
+    both = rules(ts="INTERVAL 1 MINUTE", seq="5")
+    condition = wm.release_condition(both, {"ts": "2024-01-01 00:10:00", "seq": None})
+    assert condition == (
+        "(`ts` IS NULL OR `ts` + (INTERVAL 1 MINUTE) <= CAST('2024-01-01 00:10:00' AS timestamp))"
+        " AND (`seq` IS NULL OR false)")
+    assert wm.release_condition(both, {}, release_all=True) == "true"
+
+
+def test_hold_keeps_only_this_steps_unreleased_candidates():
+    statement = wm.hold("`s`.`m__pending`", "cand", COLS, "`seq` IS NULL", step=7)
+    parses(statement)
+    assert statement.endswith("WHERE _streamsql_held_step = 7 AND NOT (`seq` IS NULL)")
+
+
+def test_candidates_are_this_steps_changes_and_what_is_still_held():
+    statement = wm.candidates("net", "pending", COLS, step=3)
+    parses(statement)
+    assert "CAST(3 AS BIGINT) AS _streamsql_held_step FROM net" in statement
+    assert statement.endswith("FROM pending WHERE _streamsql_released_step IS NULL")
+
+
+def test_forgetting_an_attempt_removes_its_rows_and_its_release_marks():
+    deleted, unmarked = wm.forget_attempt("p", 4)
+    assert deleted == "DELETE FROM p WHERE _streamsql_held_step >= 4"
+    assert unmarked == ("UPDATE p SET _streamsql_released_step = NULL "
+                        "WHERE _streamsql_released_step >= 4")
