@@ -142,7 +142,8 @@ class Dbt:
             if node not in nodes:
                 continue
             previous = current.get(node)
-            if name in ("SQLQuery", "NodeFinished") and previous is not None and previous.span is None:
+            ends_previous = name in ("SQLQuery", "NodeFinished")
+            if ends_previous and previous is not None and previous.span is None:
                 previous.span = at - previous.started
             if name == "SQLQuery":
                 statement = Statement(clean_sql(data.sql), at)

@@ -1,4 +1,4 @@
-"""Benchmark: Nexmark queries as incremental_view vs. table rebuild, incremental merge, Structured Streaming.
+"""Benchmark: Nexmark queries as incremental_view vs. rebuild, incremental merge and streaming.
 
 In ONE process (one JVM, one warehouse; dbt runs in-process through `dbtRunner`, the streaming
 jobs use the same SparkSession), for each history size:
@@ -31,9 +31,19 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-
-from benchlib import (BENCH_DIR, Dbt, MemorySampler, fmt, machine_info, machine_lines, median, scalar,
-                      start_session, write_project_skeleton, use_adapter_revision)
+from benchlib import (
+    BENCH_DIR,
+    Dbt,
+    MemorySampler,
+    fmt,
+    machine_info,
+    machine_lines,
+    median,
+    scalar,
+    start_session,
+    use_adapter_revision,
+    write_project_skeleton,
+)
 from nexmark import generator
 from nexmark.queries import QUERIES, STREAM_WATERMARK, Query, render
 
@@ -63,7 +73,8 @@ def write_project(work: Path, driver_memory: str, queries: Sequence[Query],
         if True:  # `table` always: the reference every approach is compared with
             models["table"] = ({"materialized": "table"}, q.sql)
         if "incremental" in approaches and q.incremental:
-            models["incremental"] = ({"materialized": "incremental", "incremental_strategy": "merge",
+            models["incremental"] = ({"materialized": "incremental",
+                                      "incremental_strategy": "merge",
                                       "unique_key": q.unique_key}, q.incremental)
         for approach, (config, sql) in models.items():
             text = "{{ config(%s) }}\n%s\n" % (
@@ -387,7 +398,8 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
         for query, row in per_query.items():
             view = row.get("view", {})
             reason = str(view.get("reason") or "").replace("|", "\\|")
-            lines.append(f"| {query} | {view.get('plan', '-')} | {reason} | {view.get('late', '-')} |")
+            lines.append(f"| {query} | {view.get('plan', '-')} | {reason} | "
+                         f"{view.get('late', '-')} |")
     lines += ["", "## Not measured (query, approach) and why", ""]
     for (query, approach), reason in sorted(results["unsupported"].items()):
         reason = reason.replace("\n", " ").replace("|", "\\|")

@@ -1,4 +1,4 @@
-"""Where the time of an incremental_view step goes, on a Nexmark warehouse that is kept between runs.
+"""Where the time of an incremental_view step goes, on a Nexmark warehouse kept between runs.
 
 The first run generates `--history-bids` bids into `--work-dir` and builds the chosen queries'
 incremental views (and their `table` twins) once; later runs reuse that warehouse, so one can
@@ -125,8 +125,10 @@ def main(argv: Any = None) -> int:
         for q in queries:
             view, table = f"{SCHEMA}.{q}_view", f"{SCHEMA}.{q}_table"
             columns = ", ".join(f"`{c}`" for c in spark.table(table).columns)
-            extra = spark.sql(f"SELECT {columns} FROM {view} EXCEPT ALL SELECT {columns} FROM {table}").count()
-            lost = spark.sql(f"SELECT {columns} FROM {table} EXCEPT ALL SELECT {columns} FROM {view}").count()
+            extra = spark.sql(f"SELECT {columns} FROM {view} "
+                              f"EXCEPT ALL SELECT {columns} FROM {table}").count()
+            lost = spark.sql(f"SELECT {columns} FROM {table} "
+                             f"EXCEPT ALL SELECT {columns} FROM {view}").count()
             verdict = "EQUAL" if extra == lost == 0 else f"DIFFERENT (+{extra} -{lost})"
             failed += verdict != "EQUAL"
             print(f"check {q}: {verdict}")

@@ -26,9 +26,19 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-
-from benchlib import (BENCH_DIR, Dbt, fmt, machine_info, machine_lines, median, scalar, start_session,
-                      statement_label, statement_shape, write_project_skeleton)
+from benchlib import (
+    BENCH_DIR,
+    Dbt,
+    fmt,
+    machine_info,
+    machine_lines,
+    median,
+    scalar,
+    start_session,
+    statement_label,
+    statement_shape,
+    write_project_skeleton,
+)
 
 SOURCE_SCHEMA = "bench_src"
 TARGET_SCHEMA = "bench"
@@ -73,9 +83,11 @@ def events_select(start: int, end: int, partitions: int, seed: int) -> str:
     return (
         "SELECT id, "
         f"CAST(pmod(xxhash64(id, {seed}), {DEVICES}) AS INT) AS device, "
-        f"timestamp_seconds({BASE_EPOCH} + id - pmod(xxhash64(id, {seed + 1}), {DISORDER_SECONDS})) AS ts, "
+        f"timestamp_seconds({BASE_EPOCH} + id - pmod(xxhash64(id, {seed + 1}), "
+        f"{DISORDER_SECONDS})) AS ts, "
         f"CAST(pmod(xxhash64(id, {seed + 2}), 100000) / 100 AS DECIMAL(10,2)) AS value, "
-        f"element_at(array('a', 'b', 'c', 'd'), CAST(pmod(xxhash64(id, {seed + 3}), 4) AS INT) + 1) AS kind "
+        f"element_at(array('a', 'b', 'c', 'd'), "
+        f"CAST(pmod(xxhash64(id, {seed + 3}), 4) AS INT) + 1) AS kind "
         f"FROM range({start}, {end}, 1, {partitions})"
     )
 
@@ -163,7 +175,8 @@ def run_size(spark: Any, dbt: Dbt, rows: int, args: argparse.Namespace) -> Dict[
         rebuild_wall, rebuild_nodes = dbt.run(REBUILD)
         record = {
             "writes": writes,
-            "step": number, "append_s": append_s, "load_average": os.getloadavg()[0], "step_wall_s": step_wall,
+            "step": number, "append_s": append_s, "load_average": os.getloadavg()[0],
+            "step_wall_s": step_wall,
             "rebuild_wall_s": rebuild_wall,
             "incremental": {n: {"execution_time": r.execution_time, "cpu_s": r.cpu_s,
                                 "adapter": r.adapter,
@@ -348,7 +361,8 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
                 f"{med('numOutputRows')} | {med('rewriteTimeMs')} |")
 
     lines += ["", "## Correctness", "",
-              "Each incremental view vs. its table twin after the last step (EXCEPT ALL both ways):",
+              "Each incremental view vs. its table twin after the last step "
+              "(EXCEPT ALL both ways):",
               "", "| history rows | view | rows | only in view | only in table | equal |",
               "|---:|---|---:|---:|---:|---|"]
     for size in sizes:

@@ -1,4 +1,4 @@
-"""What a step reads, with and without a waterline: a tumbling-window aggregate over growing history.
+"""What a step reads, with and without a waterline: a windowed aggregate over growing history.
 
 Two incremental views with the same SQL over one source, a spend per card per 1-hour window:
 
@@ -31,8 +31,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
-
-from benchlib import BENCH_DIR, Dbt, machine_info, machine_lines, start_session, write_project_skeleton
+from benchlib import (
+    BENCH_DIR,
+    Dbt,
+    machine_info,
+    machine_lines,
+    start_session,
+    write_project_skeleton,
+)
 
 SOURCE_SCHEMA, TARGET_SCHEMA = "scan_src", "scan"
 BASE_EPOCH = 1704067200  # 2024-01-01 00:00:00 UTC
@@ -189,7 +195,8 @@ def write_report(result: Dict[str, Any], args: argparse.Namespace, path: Path) -
         "",
         f"Source: {args.history_hours} hours of history, {args.rows_per_hour:,} rows per hour, "
         f"{args.cards} cards; each step appends the next hour (up to 10 min out of order; "
-        f"{args.late_share:.1%} of its rows 3-12 hours late). Both models: `" + QUERY.format(src="events") + "`; "
+        f"{args.late_share:.1%} of its rows 3-12 hours late). Both models: `"
+        + QUERY.format(src="events") + "`; "
         "`with_lateness` declares `lateness: {hour_start: INTERVAL 1 HOUR}`.",
         "",
         "Scanned = Spark's SQL metrics of the step's queries (`number of files read`, `size of "

@@ -1,1 +1,1 @@
-"""Command-line tools shipped with the repository (importable by the tests as `scripts.<module>`)."""
+"""Command-line tools of the repository (the tests import them as `scripts.<module>`)."""

@@ -274,13 +274,20 @@ class Demo:
 
     def print_next(self) -> None:
         schema = "demo"
+        shows = [
+            ("select _streamsql_step, _streamsql_reason, _streamsql_change, count(*) as n "
+             f"from {schema}.stg_purchases__late group by all order by 1, 2, 3", ""),
+            (f"select * from {schema}.stg_purchases__late order by _streamsql_step", " --limit 20"),
+            ("select step, column_name, waterline, max_seen "
+             f"from {schema}.stg_purchases__waterline order by step", ""),
+            (f"select * from {schema}.stg_sensors__pending "
+             "where _streamsql_released_step is null", ""),
+        ]
+        commands = "\n".join(f'  dbt show --inline "{query}"{options}' for query, options in shows)
         print(f"""
 Next: see what LATENESS quarantined and how the waterlines moved. From sample_project/:
 
-  dbt show --inline "select _streamsql_step, _streamsql_reason, _streamsql_change, count(*) as n from {schema}.stg_purchases__late group by all order by 1, 2, 3"
-  dbt show --inline "select * from {schema}.stg_purchases__late order by _streamsql_step" --limit 20
-  dbt show --inline "select step, column_name, waterline, max_seen from {schema}.stg_purchases__waterline order by step"
-  dbt show --inline "select * from {schema}.stg_sensors__pending where _streamsql_released_step is null"
+{commands}
 
 stg_sensors has the same __late and __waterline tables, and __pending for WATERMARK.
 Chart of waterlines and late rows per step: {self.chart}""")

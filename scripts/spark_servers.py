@@ -7,8 +7,8 @@
 Each command starts its servers on 127.0.0.1, prints how to point a profile at them, and stops them
 on Ctrl-C. The Thrift Server gets the same Delta settings as the embedded session
 (`dbt/adapters/streamsql/embedded_spark.py`): Delta's SQL extensions and catalog, Delta's jars
-from Maven Central, a Derby metastore and the tables under its own warehouse directory, the change data feed
-on for new tables, Delta as the default format.
+from Maven Central, a Derby metastore and the tables under its own warehouse directory, the change
+data feed on for new tables, Delta as the default format.
 
 `pip install pyspark` ships Spark's jars (including the Thrift Server's) and `bin/spark-class` and
 `bin/spark-submit`, but not `sbin/start-master.sh` and friends: the servers are started here with

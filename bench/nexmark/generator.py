@@ -112,8 +112,9 @@ def _date_time(seed: int) -> str:
 EPOCH = f"(id div {TOTAL})"
 OFFSET = f"pmod(id, {TOTAL})"
 LAST_PERSON = EPOCH
-LAST_AUCTION = (f"(CASE WHEN {OFFSET} < {PERSON_PROPORTION} THEN ({EPOCH} - 1) * {AUCTION_PROPORTION}"
-                f" + {AUCTION_PROPORTION - 1} WHEN {OFFSET} >= {PERSON_PROPORTION + AUCTION_PROPORTION}"
+LAST_AUCTION = (f"(CASE WHEN {OFFSET} < {PERSON_PROPORTION} "
+                f"THEN ({EPOCH} - 1) * {AUCTION_PROPORTION} + {AUCTION_PROPORTION - 1} "
+                f"WHEN {OFFSET} >= {PERSON_PROPORTION + AUCTION_PROPORTION}"
                 f" THEN {EPOCH} * {AUCTION_PROPORTION} + {AUCTION_PROPORTION - 1}"
                 f" ELSE {EPOCH} * {AUCTION_PROPORTION} + {OFFSET} - {PERSON_PROPORTION} END)")
 
@@ -122,7 +123,8 @@ def _next_person(seed: int, k: int) -> str:
     """Nexmark's nextBase0PersonId: one of the latest ACTIVE_PEOPLE persons or the next few."""
     people = f"({LAST_PERSON} + 1)"
     active = f"least({people}, {ACTIVE_PEOPLE})"
-    return f"({people} - {active} + pmod(xxhash64(id, {seed * 100 + k}), {active} + {PERSON_ID_LEAD}))"
+    spread = f"pmod(xxhash64(id, {seed * 100 + k}), {active} + {PERSON_ID_LEAD})"
+    return f"({people} - {active} + {spread})"
 
 
 def _next_auction(seed: int, k: int) -> str:
@@ -159,7 +161,8 @@ def select_sql(table: str, start: int, end: int, seed: int, partitions: int = 1)
             f"SELECT {FIRST_AUCTION_ID} + {LAST_AUCTION} AS id, "
             f"concat('item-', {_string(seed, 22, 8)}) AS item_name, "
             f"concat('desc-', {_string(seed, 23, 12)}) AS description, "
-            f"{_price(seed, 24)} AS initial_bid, {_price(seed, 24)} + {_price(seed, 25)} AS reserve, "
+            f"{_price(seed, 24)} AS initial_bid, "
+            f"{_price(seed, 24)} + {_price(seed, 25)} AS reserve, "
             f"{dt} AS date_time, "
             f"timestamp_micros({_micros(seed)} + (1 + {_uniform(seed, 26, 2 * AUCTION_HORIZON_MS)})"
             f" * 1000) AS expires, "
@@ -178,7 +181,8 @@ def select_sql(table: str, start: int, end: int, seed: int, partitions: int = 1)
         return (
             f"SELECT {auction} AS auction, {bidder} AS bidder, {_price(seed, 34)} AS price, "
             f"{_pick(CHANNELS, seed, 35)} AS channel, "
-            f"concat('https://www.nexmark.com/', {_string(seed, 36, 5)}, '/item.htm?query=1') AS url, "
+            f"concat('https://www.nexmark.com/', {_string(seed, 36, 5)}, '/item.htm?query=1') "
+            f"AS url, "
             f"{dt} AS date_time, {_string(seed, 37, 8)} AS extra "
             f"FROM {src} WHERE {OFFSET} >= {PERSON_PROPORTION + AUCTION_PROPORTION}")
     raise ValueError(table)

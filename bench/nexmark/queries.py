@@ -106,8 +106,8 @@ group by auction, window(date_time, '10 seconds')"""
 
 # Windows of 10 s: a bid of the next step lands in a window starting after
 # max(window start in the model) - 5 s - 10 s; recompute windows from 20 s before it, completely.
-_WINDOW_CUTOFF = ("(select coalesce(max({col}), timestamp'1970-01-01 00:00:00') - INTERVAL 20 SECONDS "
-                  "from @this)")
+_WINDOW_CUTOFF = ("(select coalesce(max({col}), timestamp'1970-01-01 00:00:00') "
+                  "- INTERVAL 20 SECONDS from @this)")
 
 _MERGE_CANNOT_DELETE = (
     "a new bid can take the top spot of a window from rows already written, which must then be "
@@ -133,8 +133,8 @@ QUERIES: Dict[str, Query] = {q.name: q for q in [
           # New auctions have ids above every id written; an older auction can only gain a match
           # from a new person (its seller was up to 10 persons ahead), and such an auction is at
           # most ~30 auction ids before the newest auction id. 60 is the margin.
-          incremental=Q3 + "\n{% if is_incremental() %}and A.id > (select coalesce(max(id), 0) - 60 "
-          "from @this){% endif %}",
+          incremental=Q3 + "\n{% if is_incremental() %}and A.id > "
+          "(select coalesce(max(id), 0) - 60 from @this){% endif %}",
           unique_key=["id"]),
     Query("q4", "average price per category (join, nested aggregate)", Q4, ["auction", "bid"],
           no_incremental=(

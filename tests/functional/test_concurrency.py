@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import re
 
-
 from tests.dbt_process import DbtProject
-
 
 BATCH = 50
 MODELS = {

@@ -1,8 +1,8 @@
 """SPEC section 6: a step that fails at any point is completed exactly once by the next run.
 
 The step's test-only fault switch (`STREAMSQL_TEST_FAIL_AT`) makes a step fail at one of its named
-checkpoints. For each checkpoint a linear and an aggregate step reach (and, for a query over an aggregate below
-a join, the points around its stage's state write), the test fails a step there,
+checkpoints. For each checkpoint a linear and an aggregate step reach (and, for a query over an
+aggregate below a join, the points around its stage's state write), the test fails a step there,
 checks what the failed step left behind (the model as before the step when the fault comes before
 the commit, as after it when it comes after), re-runs, and checks the model against its query
 evaluated from scratch (a change applied twice or lost would show), then takes one more step.
@@ -18,7 +18,6 @@ import pytest
 from dbt.tests.util import run_dbt
 
 from dbt.adapters.streamsql.execution.step import FAULT_INJECTION_ENV
-
 
 LINEAR_CHECKPOINTS = ["start", "before_commit", "after_commit"]  # a linear step has no state
 AGGREGATE_CHECKPOINTS = ["start", "before_state", "after_state", "before_commit", "after_commit"]

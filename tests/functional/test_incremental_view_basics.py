@@ -3,12 +3,11 @@ step cannot read, a changed model SQL, configuration in YAML, and insert-only st
 
 from __future__ import annotations
 
-from collections import Counter
 import os
+from collections import Counter
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
-
 
 SOURCES_YML = """
 version: 2

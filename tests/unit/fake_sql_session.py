@@ -149,7 +149,8 @@ class FakeSqlSession:
     def _table(self, name: str) -> FakeTable:
         table = self.tables.get(table_key(name))
         if table is None:
-            raise RuntimeError(f"[TABLE_OR_VIEW_NOT_FOUND] The table or view {name} cannot be found.")
+            raise RuntimeError(f"[TABLE_OR_VIEW_NOT_FOUND] The table or view {name} "
+                               "cannot be found.")
         return table
 
     def _answer(self, statement: str) -> List[Dict[str, Any]]:
@@ -180,8 +181,8 @@ class FakeSqlSession:
         if match:
             wanted = f"{table_key(match.group(1))}.{match.group(2).lower()}"
             return [{"tableName": match.group(2)}] if wanted in self.tables else []
-        match = re.match(r"^CREATE (OR REPLACE TABLE|TABLE IF NOT EXISTS) (\S+) \((.*?)\) USING delta"
-                         r"(?:.*TBLPROPERTIES \((.*)\))?$", statement, re.S)
+        match = re.match(r"^CREATE (OR REPLACE TABLE|TABLE IF NOT EXISTS) (\S+) \((.*?)\) "
+                         r"USING delta(?:.*TBLPROPERTIES \((.*)\))?$", statement, re.S)
         if match:
             self._create(*match.groups())
             return []

@@ -6,13 +6,20 @@ from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.bounds import bind_bounds, key_ranges
 from dbt.adapters.streamsql.execution.context import ModelSettings, StepContext
-from dbt.adapters.streamsql.planning.bounds import AT_LEAST, AT_MOST, conjuncts, extreme_of, range_facts
+from dbt.adapters.streamsql.planning.bounds import (
+    AT_LEAST,
+    AT_MOST,
+    conjuncts,
+    extreme_of,
+    range_facts,
+)
 from dbt.adapters.streamsql.planning.plan import Column, KeyBound
 from tests.unit.fake_sql_session import FakeSqlSession
 
 
 def condition(text: str) -> exp.Expression:
-    return sqlglot.parse_one(f"SELECT 1 FROM r JOIN c ON {text}", read="spark").find(exp.Join).args["on"]
+    query = sqlglot.parse_one(f"SELECT 1 FROM r JOIN c ON {text}", read="spark")
+    return query.find(exp.Join).args["on"]
 
 
 def facts(text: str):
@@ -28,7 +35,8 @@ def test_conjuncts_flatten_and_and_parentheses():
 
 
 def test_an_equality_bounds_both_ways_and_a_comparison_one_way():
-    assert facts("r.id = c.seller") == [("r.id", AT_LEAST, "c.seller"), ("r.id", AT_MOST, "c.seller")]
+    assert facts("r.id = c.seller") == [("r.id", AT_LEAST, "c.seller"),
+                                        ("r.id", AT_MOST, "c.seller")]
     assert facts("c.ts > r.ts") == [("r.ts", AT_MOST, "c.ts")]
     assert facts("r.ts >= c.start") == [("r.ts", AT_LEAST, "c.start")]
 

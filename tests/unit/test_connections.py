@@ -1,15 +1,15 @@
 """Thrift connections without a server: session settings and statement polling."""
 
 import pytest
+from dbt_common.exceptions import DbtDatabaseError
 from TCLIService.ttypes import TOperationState
 
 from dbt.adapters.streamsql import connections
-from dbt.adapters.streamsql.embedded_spark import SessionSettings
 from dbt.adapters.streamsql.connections import (
     ThriftConnectionWrapper,
     thrift_session_configuration,
 )
-from dbt_common.exceptions import DbtDatabaseError
+from dbt.adapters.streamsql.embedded_spark import SessionSettings
 
 
 def test_server_side_parameters_become_hiveconf_session_settings():

@@ -139,6 +139,7 @@ def test_bound_predicates_are_literals_or_nothing():
         "(p.id >= timestamp_micros(1704067200000000))"
     assert sql.bound_predicate(bound, None, "bigint") == "false"  # an empty change
     assert sql.bound_predicate(bound, "x'y", "string") == "true"  # no literal risked
-    texts = sql.bound_texts("SELECT 1 AS v0, 2 AS v1, 3 AS v2", ["timestamp", "decimal(10,2)", "string"])
+    texts = sql.bound_texts("SELECT 1 AS v0, 2 AS v1, 3 AS v2",
+                            ["timestamp", "decimal(10,2)", "string"])
     assert "CAST(unix_micros(v0) AS STRING) AS v0" in texts
     assert "CAST(v1 AS STRING) AS v1" in texts and "CAST(NULL AS STRING) AS v2" in texts

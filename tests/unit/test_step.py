@@ -59,7 +59,8 @@ def role(statement: str) -> str:
         match = pattern.match(statement)
         if match:
             return f"{kind} {match.group(1).replace('`', '')}"
-    match = re.match(r"^(SET|RESET) spark\.databricks\.delta\.(?:commitInfo|write)\.(\w+)", statement)
+    match = re.match(r"^(SET|RESET) spark\.databricks\.delta\.(?:commitInfo|write)\.(\w+)",
+                     statement)
     if match:
         return f"{match.group(1).lower()} {match.group(2)}"
     match = re.match(r"^(SET|RESET) (\S+?)(=|$)", statement)
@@ -147,7 +148,8 @@ def test_a_linear_step_with_deletions_nets_the_change_and_merges_it():
     assert result.deleted == 1
     steps = roles(session, start)
     assert "merge demo.m" in steps and "insert demo.m" not in steps
-    netted = [s for s in session.statements[start:] if s.startswith("CHECKPOINT") and "_net AS" in s]
+    netted = [s for s in session.statements[start:]
+              if s.startswith("CHECKPOINT") and "_net AS" in s]
     assert len(netted) == 1 and "HAVING SUM(_streamsql_weight) <> 0" in netted[0]
 
 

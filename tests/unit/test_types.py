@@ -20,7 +20,8 @@ EVENTS = InputTable("demo.events", (Column("id", "bigint"), Column("ts", "timest
 
 @pytest.mark.parametrize("data_type, kind", [
     ("int", INTEGRAL), ("BIGINT", INTEGRAL), ("long", INTEGRAL), ("double", FRACTIONAL),
-    ("float", FRACTIONAL), ("decimal(10,2)", DECIMAL), ("decimal", DECIMAL), ("numeric(5)", DECIMAL),
+    ("float", FRACTIONAL), ("decimal(10,2)", DECIMAL), ("decimal", DECIMAL),
+    ("numeric(5)", DECIMAL),
     ("string", None), ("timestamp", None), (None, None),
 ])
 def test_numeric_kind_of_a_type_name(data_type, kind):

@@ -11,6 +11,7 @@ from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
+from dbt_common.exceptions import DbtRuntimeError
 from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
@@ -22,7 +23,6 @@ from dbt.adapters.streamsql.execution.step import (
     flush_step,
     run_step,
 )
-from dbt_common.exceptions import DbtRuntimeError
 
 logger = AdapterLogger("StreamSQL")
 

@@ -107,7 +107,8 @@ def create_event_time_tables(ctx: StepContext, output_columns: Sequence[Column],
     for table, columns in tables:
         statement = sql.create_table(table, columns)
         if not replace:
-            statement = statement.replace("CREATE OR REPLACE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
+            statement = statement.replace("CREATE OR REPLACE TABLE",
+                                          "CREATE TABLE IF NOT EXISTS", 1)
         ctx.session.run(statement)
 
 

@@ -80,7 +80,8 @@ class StepWrites:
     quarantine: Optional[QuarantineWrite] = None
 
 
-def merge_key(plan: StepPlan, lateness_and_watermark_columns: Sequence[str]) -> Optional[Sequence[str]]:
+def merge_key(plan: StepPlan,
+              lateness_and_watermark_columns: Sequence[str]) -> Optional[Sequence[str]]:
     """The model's key when a change may be applied by key: an aggregate naming its groups.
 
     Only when every LATENESS and WATERMARK column is part of the key: otherwise a group's old

@@ -30,7 +30,8 @@ class StepRecord:
     incarnation: str = ""
     input_versions: Dict[str, int] = field(default_factory=dict)
     state_version: Optional[int] = None  # the aggregate state table's version after this step
-    stage_versions: Dict[str, int] = field(default_factory=dict)  # each stage state table's, by stage
+    # each stage's state table's version after this step, by stage name
+    stage_versions: Dict[str, int] = field(default_factory=dict)
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     max_seen: Dict[str, Optional[str]] = field(default_factory=dict)
     watermark_seen: Dict[str, Optional[str]] = field(default_factory=dict)

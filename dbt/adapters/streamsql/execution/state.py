@@ -37,7 +37,7 @@ class ChangedGroups:
     """The groups of an aggregate that a step changes, as step-local views."""
 
     state: str  # the state table before the step, as far as the changed groups' keys reach
-    new: str  # materialized: the new state of every changed group (count 0 for a group that is gone)
+    new: str  # materialized: the new state of every changed group (count 0: the group is gone)
     old: str  # the state of the changed groups before the step
     bounds: List[str]  # predicates over a state row (GROUP_ALIAS) every changed group meets
 

@@ -76,8 +76,8 @@ def input_changes(table_name: str, columns: Sequence[Column], after: int, upto: 
 
 def typed_nothing(columns: Sequence[Column]) -> str:
     """A SELECT of no rows with `columns` (to DESCRIBE SQL that reads them)."""
-    return (f"SELECT {', '.join(f'CAST(NULL AS {c.data_type}) AS {quote(c.name)}' for c in columns)}"
-            " WHERE false")
+    nulls = ", ".join(f"CAST(NULL AS {c.data_type}) AS {quote(c.name)}" for c in columns)
+    return f"SELECT {nulls} WHERE false"
 
 
 def temp_view(name: str, select: str) -> str:
@@ -98,7 +98,7 @@ _BOUNDED_TYPE = re.compile(r"^(tinyint|smallint|int|bigint|float|double|decimal\
 
 
 def bound_values(bounds: Sequence[KeyBound]) -> str:
-    """One row holding each bound's value, `v<i>` (bind placeholders, then DESCRIBE it for types)."""
+    """One row of each bound's value, `v<i>` (bind placeholders, then DESCRIBE it for types)."""
     return "SELECT " + ", ".join(f"{bound.value} AS v{i}" for i, bound in enumerate(bounds))
 
 
