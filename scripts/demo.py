@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The dbt-streamsql demo: the sample project as a stream, one `dbt run` per step.
 
-    python scripts/demo.py [--steps 6] [--rate 200] [--disorder 45] [--late-share 0.03] ...
+    python scripts/demo.py [--steps 4] [--rate 200] [--disorder 45] [--late-share 0.03] ...
 
 Starts from an empty warehouse, creates the source tables (Delta, change data feed on), and then
 for every step: appends a seeded batch of out-of-order events (with a share of too-late rows,
