@@ -103,6 +103,25 @@ LINEAR_CASES = [
     ),
     ("select s.room, r.floor from demo.sensors s, demo.rooms r", ("room", "floor"), "fast path: projection, inner join", True),
     ("select room from demo.sensors order by ts", ("room",), "fast path: projection", True),
+    (
+        "select s.room, r.floor from demo.sensors s right join demo.rooms r on s.room = r.room",
+        ("room", "floor"),
+        "fast path: projection, right join",
+        False,
+    ),
+    (
+        "select s.room, r.floor from demo.sensors s "
+        "full outer join demo.rooms r on s.room = r.room",
+        ("room", "floor"),
+        "fast path: projection, full join",
+        False,
+    ),
+    (
+        "select s.room from demo.sensors s left semi join demo.rooms r on s.room = r.room",
+        ("room",),
+        "fast path: projection, semi join",
+        False,
+    ),
 ]
 
 
@@ -162,11 +181,14 @@ RECOMPUTE_CASES = [
     ("select room, my_udf(temp) as x from demo.sensors", "user-defined function my_udf()"),
     ("select room from demo.sensors limit 10", "LIMIT"),
     ("select room from demo.sensors tablesample (10 percent)", "TABLESAMPLE"),
-    ("select s.room from demo.sensors s right join demo.rooms r on s.room = r.room", "RIGHT OUTER JOIN"),
-    ("select s.room from demo.sensors s full outer join demo.rooms r on s.room = r.room", "FULL OUTER JOIN"),
-    ("select s.room from demo.sensors s left semi join demo.rooms r on s.room = r.room", "SEMI JOIN"),
-    ("select room from demo.sensors where room in (select room from demo.rooms)", "subquery"),
-    ("select room from demo.sensors s where exists (select 1 from demo.rooms r where r.room = s.room)", "EXISTS"),
+    ("select s.room from demo.sensors s full join demo.rooms r on s.ts < r.floor",
+     "FULL JOIN without an equality"),
+    ("select s.room from demo.sensors s left anti join demo.rooms r on s.reading > r.floor",
+     "LEFT ANTI JOIN without an equality"),
+    ("select room from demo.sensors where room in (select room from demo.rooms) or reading > 1",
+     "IN (subquery) other than"),
+    ("select room, (select max(floor) from demo.rooms) as top from demo.sensors",
+     "scalar subquery"),
     ("select room from demo.sensors intersect select room from demo.rooms", "INTERSECT"),
     ("select room from demo.sensors except select room from demo.rooms", "EXCEPT"),
     ("select s.room from demo.sensors s left join demo.rooms r on s.ts < r.floor", "LEFT JOIN without an equality"),
@@ -489,3 +511,66 @@ def test_sum_of_a_string_is_recomputed_per_group():
 ])
 def test_key_columns_name_each_group_in_the_output(sql, columns, key):
     assert plan(sql, *columns).aggregate.key_columns == key
+
+
+# -- RIGHT and FULL joins -------------------------------------------------------------------------
+
+FULL_JOIN = ("select s.room, s.ts, r.floor from demo.sensors s "
+             "full join demo.rooms r on s.room = r.room")
+
+
+def test_full_join_restricts_both_sides_to_the_changed_keys():
+    step = plan(FULL_JOIN, "room", "ts timestamp", "floor bigint")
+    union = parse(step.change_sql)
+    new_branch, old_branch = union.this, union.expression
+    assert [b.expressions[-1].this.sql("spark") for b in (new_branch, old_branch)] == [
+        "CAST(1 AS BIGINT)", "CAST(-1 AS BIGINT)"]
+    for branch, version in ((new_branch, "new"), (old_branch, "old")):
+        joins = branch.args["joins"]
+        assert [(j.side, j.kind) for j in joins] == [("LEFT", "SEMI"), ("FULL", "")]
+        assert isinstance(joins[0].args["on"], exp.NullSafeEQ)  # the left side: s.room <=> k0
+        right = joins[1].this  # the right side: its rows of the changed keys only
+        assert isinstance(right, exp.Subquery) and right.alias == "r"
+        inner_joins = right.this.args["joins"]
+        assert [(j.side, j.kind) for j in inner_joins] == [("LEFT", "SEMI")]
+        assert inner_joins[0].args["on"].sql("spark").startswith("r.room IS NOT DISTINCT FROM")
+        assert f"__streamsql_{version}_1__" in right.sql("spark")
+    assert step.monotonic is False and step.later_monotonic is False
+
+
+def test_right_join_is_the_full_join_rule():
+    step = plan("select s.room, r.floor from demo.sensors s right join demo.rooms r "
+                "on s.room = r.room and s.reading > r.floor", "room", "floor bigint")
+    branch = parse(step.change_sql).this
+    assert [(j.side, j.kind) for j in branch.args["joins"]] == [("LEFT", "SEMI"), ("RIGHT", "")]
+    assert "s.reading > r.floor" in branch.args["joins"][1].args["on"].sql("spark")
+
+
+def test_outer_join_terms_are_bounded_by_the_changed_keys_on_both_sides():
+    step = plan("select s.room, r.floor from demo.sensors s "
+                "full join demo.rooms r on s.reading = r.floor", "room", "floor bigint")
+    by_column = {(b.column, b.operator): b.value for b in step.bounds}
+    # both changes bring keys: the range is the widest of the two
+    assert by_column[("s.reading", ">=")] == (
+        "LEAST((SELECT MIN(s.reading) FROM __streamsql_delta_0__ AS s), "
+        "(SELECT MIN(r.floor) FROM __streamsql_delta_1__ AS r))")
+    assert ("r.floor", "<=") in by_column
+    # NULL keys are a key like any other (the restriction is null-safe)
+    assert "OR s.reading IS NULL" in step.change_sql and "OR r.floor IS NULL" in step.change_sql
+
+
+def test_left_join_right_side_bound_goes_into_its_on_clause():
+    step = plan("select s.room, r.floor from demo.sensors s "
+                "left join demo.rooms r on s.reading = r.floor", "room", "floor bigint")
+    joins = parse(step.change_sql).this.args["joins"]
+    join = [j for j in joins if j.side == "LEFT" and not j.kind][0]
+    assert "OR r.floor IS NULL" in join.args["on"].sql("spark")
+
+
+def test_an_aggregate_over_a_full_join_names_it():
+    step = plan("select r.floor, count(*) as n from demo.sensors s "
+                "full join demo.rooms r on s.room = r.room group by r.floor",
+                "floor bigint", "n bigint")
+    assert step.strategy == "aggregate"
+    assert step.reason == "fast path: group by (count(*)); over full join"
+    assert "FULL JOIN" in step.aggregate.delta_sql

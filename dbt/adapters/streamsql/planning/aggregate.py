@@ -26,7 +26,15 @@ from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.constructs import aggregate_calls, contains_aggregate, is_aggregate_call
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
-from dbt.adapters.streamsql.planning.linear import DeltaBuilder, Source, Term, render_block, union_all
+from dbt.adapters.streamsql.planning.linear import (
+    KEYED_CONSTRUCTS,
+    TOP_K,
+    DeltaBuilder,
+    Source,
+    Term,
+    render_block,
+    union_all,
+)
 from dbt.adapters.streamsql.planning.plan import (
     DIALECT,
     FAST_PATH,
@@ -660,6 +668,10 @@ class AggregatePlanner:
         recomputed = sorted({_call_name(c.call) for c in query.calls if c.method == RECOMPUTE})
         if recomputed:
             notes.append(f"{', '.join(recomputed)} recomputed for changed groups only")
+        below = [c for c in KEYED_CONSTRUCTS if c in self._builder.constructs]
+        below += sorted(c for c in self._builder.constructs if c.startswith(TOP_K))
+        if below:
+            notes.append(f"over {', '.join(below)}")
         return FAST_PATH + "; ".join([detail] + notes)
 
 

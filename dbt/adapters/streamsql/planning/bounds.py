@@ -12,6 +12,12 @@ ids) that is all but the newest files.
 The planner emits each predicate as a placeholder (`KeyBound`); the executor computes the change's
 MIN/MAX, puts the predicate with literal values in its place, or `true` when bounding is not worth
 a query (a first step, whose change is every row).
+
+The evaluations the key-restriction rules of linear.py re-run (LEFT/RIGHT/FULL/SEMI/ANTI joins,
+IN/EXISTS subqueries, top-K windows) are bounded the same way: their rows are restricted to the
+keys found in a change, so a column equal to such a key lies within the range of the expressions
+it equals over the changes of the inputs the change's rows come from (`LEAST`/`GREATEST` over
+several). Those predicates keep NULLs (`key_range_predicate`): the restriction is null-safe.
 """
 
 from __future__ import annotations
@@ -86,3 +92,13 @@ def extreme_of(expression: exp.Expression, side: str, placeholder: str, alias: s
                                       alias=exp.TableAlias(this=exp.to_identifier(alias)))),
     )
     return exp.Subquery(this=select).sql(DIALECT)
+
+
+def key_range_predicate(column: exp.Column, low: str, high: str) -> exp.Expression:
+    """`(low AND high) OR column IS NULL`: a key-range bound on a column that restricted rows'
+    keys equal (NULL keys are kept: a null-safe restriction keeps a NULL key when it changed).
+
+    `low` and `high` are the names of the two `KeyBound` placeholders.
+    """
+    in_range = exp.Paren(this=exp.and_(exp.column(low), exp.column(high)))
+    return exp.Paren(this=exp.or_(in_range, exp.Is(this=column.copy(), expression=exp.Null())))

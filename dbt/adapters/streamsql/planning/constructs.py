@@ -7,14 +7,13 @@ from typing import Iterator, Optional
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
-from dbt.adapters.streamsql.planning.plan import DIALECT
 from dbt.adapters.streamsql.planning.functions import (
     AGGREGATE_FUNCTIONS,
     BUILTIN_FUNCTIONS,
     NON_PER_ROW_GROUPINGS,
     NONDETERMINISTIC_FUNCTIONS,
 )
-
+from dbt.adapters.streamsql.planning.plan import DIALECT
 
 # sqlglot classes for nondeterministic functions (their Spark spelling may differ from the class).
 _NONDETERMINISTIC_CLASSES = tuple(
@@ -65,15 +64,20 @@ def contains_aggregate(node: exp.Expression) -> bool:
 def nonlinear_construct(tree: exp.Expression) -> Optional[str]:
     """Why no fast path can maintain `tree`, whatever its shape; None when nothing stands in the way.
 
-    Looks for: nondeterministic or user-defined functions, window functions, subquery expressions
-    (IN/EXISTS/scalar), LIMIT/OFFSET, TABLESAMPLE, PIVOT, lateral subqueries, session windows and
-    time travel.
+    Looks for: nondeterministic or user-defined functions, window functions other than top-K
+    blocks (windows.py), subquery expressions left after subqueries.py made joins of the WHERE
+    conjuncts it maintains (IN/EXISTS elsewhere, scalar subqueries), LIMIT/OFFSET, TABLESAMPLE,
+    PIVOT, lateral subqueries, session windows and time travel.
     """
+    from dbt.adapters.streamsql.planning.windows import (
+        window_obstacle,  # windows.py imports this module
+    )
+
     for node in tree.walk():
         if isinstance(node, exp.Window):
-            call = node.this
-            name = function_name(call) if isinstance(call, exp.Func) else call.sql(DIALECT)
-            return f"window function {name}() is not maintained incrementally"
+            reason = window_obstacle(node)
+            if reason:
+                return reason
         if isinstance(node, (exp.Limit, exp.Offset, exp.Fetch)):
             return f"{node.key.upper()} is not maintained incrementally"
         if isinstance(node, exp.TableSample):
@@ -84,14 +88,17 @@ def nonlinear_construct(tree: exp.Expression) -> Optional[str]:
             return "time travel (VERSION/TIMESTAMP AS OF) is not maintained incrementally"
         if isinstance(node, exp.Lateral) and not isinstance(node.this, exp.Func):
             return "lateral subquery is not maintained incrementally"
-        if isinstance(node, exp.Exists):
-            return "EXISTS subquery is not maintained incrementally"
+        in_subquery = isinstance(node, exp.In) and node.args.get("query") is not None
+        if isinstance(node, exp.Exists) or in_subquery:
+            what = "EXISTS" if isinstance(node, exp.Exists) else "IN (subquery)"
+            return (f"{what} other than a condition ANDed into a WHERE clause (under OR, NOT, "
+                    "CASE, in a projection or join condition) is not maintained incrementally")
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join)):
-            return "subquery expression (IN/scalar subquery) is not maintained incrementally"
+            return "scalar subquery is not maintained incrementally"
         if isinstance(node, exp.Query) and not isinstance(node, exp.Subquery) and node.parent is not None and not isinstance(
             node.parent, (exp.Subquery, exp.SetOperation, exp.CTE, exp.With)
         ):
-            return "subquery expression (IN/scalar subquery) is not maintained incrementally"
+            return "scalar subquery is not maintained incrementally"
         if isinstance(node, exp.Func):
             reason = _function_obstacle(node)
             if reason:

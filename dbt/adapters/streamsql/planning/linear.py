@@ -19,7 +19,21 @@ evaluates the same block with every source at a *version*: "new", "old" or "delt
   delta(L left join R) = (L_new left join R_new) semi-join K, weight +1
                        + (L_old left join R_old) semi-join K, weight -1.
   The semi join (null-safe) sits right before the left join, on the left side's keys: for keys
-  outside K both sides are unchanged, so the two evaluations would cancel.
+  outside K both sides are unchanged, so the two evaluations would cancel. The same holds for
+  every join whose result rows each belong to one key and depend only on the rows of both sides
+  with that key: LEFT SEMI / LEFT ANTI joins (IN, EXISTS, NOT EXISTS subqueries become those,
+  subqueries.py) take the same rule; RIGHT and FULL joins restrict the right side to K as well
+  (a NULL-padded right row belongs to its own key), so that NULL-padded rows come and go with
+  their keys' matches.
+- NOT IN (a null-aware anti join): the rule above while the subquery neither holds a NULL nor
+  changes between empty and not empty (a row's fate then depends on its key alone); otherwise
+  every row's fate may change: the whole old result out, the whole new result in. Each pair of
+  terms is gated by that condition, the whole-result pair also by a key bound the executor
+  turns into `false` when the condition is not met, so that Spark prunes it before reading.
+- a window block (top-K, windows.py): its rows re-evaluated, new (+1) and old (-1), in the
+  partitions whose keys its FROM/WHERE's change holds.
+- Restricted evaluations also carry key bounds (bounds.py): the range of the changed keys, as
+  literals, on the columns that equal them, so that Delta skips the files of untouched keys.
 - WHERE, projection and per-row generators (LATERAL VIEW) apply to every term unchanged.
 - UNION ALL: the union of the branches' deltas.
 """
@@ -33,10 +47,19 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.binding import bound_input
-from dbt.adapters.streamsql.planning.bounds import aliases_of, conjuncts, extreme_of, range_facts
-from dbt.adapters.streamsql.planning.constructs import require_linear_select
+from dbt.adapters.streamsql.planning.bounds import (
+    AT_LEAST,
+    AT_MOST,
+    aliases_of,
+    conjuncts,
+    extreme_of,
+    key_range_predicate,
+    range_facts,
+)
+from dbt.adapters.streamsql.planning.constructs import contains_aggregate, require_linear_select
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.plan import (
+    DIALECT,
     WEIGHT,
     KeyBound,
     bound_placeholder,
@@ -44,8 +67,12 @@ from dbt.adapters.streamsql.planning.plan import (
     new_input,
     old_input,
 )
+from dbt.adapters.streamsql.planning.subqueries import null_aware_pair, origin
+from dbt.adapters.streamsql.planning.windows import partition_keys, ranking_names, windows_of
 
 NEW, OLD, DELTA = "new", "old", "delta"
+# (a, b) of an `a = b` or `a <=> b` condition
+Equality = Tuple[exp.Expression, exp.Expression]
 _PLACEHOLDERS = {NEW: new_input, OLD: old_input, DELTA: delta_input}
 
 
@@ -60,20 +87,67 @@ class Source:
 
 @dataclass(frozen=True)
 class KeyRestriction:
-    """A null-safe semi join on `left_keys` against `changed_keys`, placed before source `position`."""
+    """A null-safe semi join on `left_keys` against `changed_keys`, placed before source `position`
+    (after the last source when `position` is past it).
+
+    `bounds`: predicates the restriction implies on the block's rows (key ranges, bounds.py),
+    for its WHERE. A RIGHT/FULL join (`restrict_right`) restricts the joined source itself to
+    `changed_keys` on `right_keys` too; `right_bounds` are predicates on that source's rows (in a
+    derived table around it, or in the ON clause of the joins that keep the left side's rows).
+    """
 
     position: int
     changed_keys: exp.Query  # columns k0, k1, ...
     left_keys: Tuple[exp.Expression, ...]
+    bounds: Tuple[exp.Expression, ...] = ()
+    right_keys: Tuple[exp.Expression, ...] = ()
+    right_bounds: Tuple[exp.Expression, ...] = ()
+    restrict_right: bool = False
 
 
 @dataclass(frozen=True)
 class Term:
-    """One evaluation of a block: a version per source, its weight and key restrictions."""
+    """One evaluation of a block: a version per source, its weight and key restrictions.
+
+    `gate`: a condition on the whole evaluation (NOT IN), ANDed into its WHERE.
+    """
 
     versions: Tuple[str, ...]
     weight: exp.Expression
     restrictions: Tuple[KeyRestriction, ...] = ()
+    gate: Optional[exp.Expression] = None
+
+
+INNER, LEFT, RIGHT, FULL = "inner", "left", "right", "full"
+SEMI, ANTI, NOT_IN = "semi", "anti", "not in"
+# Constructs an aggregate plan's reason names too (what the aggregate's delta reads through).
+KEYED_CONSTRUCTS = ("right join", "full join", "semi join", "anti join", "in (subquery)", "exists",
+                    "not in (subquery)", "not exists")
+TOP_K = "top-k per partition"
+
+
+def join_rule(join: Optional[exp.Join]) -> str:
+    """Which delta rule a join takes (INNER: telescoping; the others: key restriction)."""
+    if join is None:
+        return INNER
+    side, kind = join.side.upper(), join.kind.upper()
+    if kind == "SEMI":
+        return SEMI
+    if kind == "ANTI":
+        return NOT_IN if null_aware_pair(join) is not None else ANTI
+    return {"LEFT": LEFT, "RIGHT": RIGHT, "FULL": FULL}.get(side, INNER)
+
+
+def _join_text(join: exp.Join) -> str:
+    return " ".join(part for part in (join.side.upper(), join.kind.upper(), "JOIN") if part)
+
+
+def join_construct(join: exp.Join) -> str:
+    """The name of a join in a plan's reason."""
+    rule = join_rule(join)
+    if rule in (SEMI, ANTI, NOT_IN):
+        return origin(join) or f"{rule} join"
+    return f"{rule} join"
 
 
 def weight_literal(value: int) -> exp.Expression:
@@ -115,13 +189,12 @@ class DeltaBuilder:
     bounds: Dict[str, KeyBound] = field(default_factory=dict)
     newest: bool = False  # inner joins over new versions only (see the module docstring)
     signed: bool = False  # set when a term has a negative weight for inserted rows
+    # set when a rule re-evaluates old contents with weight -1 (key restrictions, windows): the
+    # change may delete rows even when every input change is an insert
+    retracting: bool = False
 
     # Inclusion-exclusion has 2^k - 1 terms for k inputs: above this, telescoping.
     MAX_NEWEST_SOURCES = 4
-
-    @property
-    def uses_left_join(self) -> bool:
-        return "left join" in self.constructs
 
     def query_delta(self, query: exp.Expression) -> exp.Query:
         """The delta of a query: its columns plus `_streamsql_weight`."""
@@ -137,6 +210,8 @@ class DeltaBuilder:
         raise RecomputeRequired(f"{query.key.upper()} is not maintained incrementally")
 
     def select_delta(self, select: exp.Select) -> exp.Query:
+        if windows_of(select):
+            return self.window_delta(select)
         require_linear_select(select)
         sources = self.block_sources(select)
         terms = self.block_terms(sources)
@@ -144,9 +219,42 @@ class DeltaBuilder:
             self.constructs.add("filter")
         self.constructs.add("projection")
         if not terms:
-            empty = render_block(self, select, sources, Term((NEW,) * len(sources), weight_literal(0)))
-            return empty.where(exp.false())
+            return self._empty(select, sources)
         return union_all(render_block(self, select, sources, term) for term in terms)
+
+    def _empty(self, select: exp.Select, sources: Sequence[Source]) -> exp.Query:
+        empty = render_block(self, select, sources, Term((NEW,) * len(sources), weight_literal(0)))
+        return empty.where(exp.false())
+
+    def window_delta(self, select: exp.Select) -> exp.Query:
+        """A top-K block (windows.py): its partitions whose rows change, re-evaluated.
+
+        K = the partition keys of the rows in the change of the block below its windows (FROM,
+        joins, WHERE); the block over the new inputs restricted to K, +1, and over the old, -1.
+        """
+        self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
+        sources = self.block_sources(select)
+        keys = partition_keys(select)
+        terms = self.block_terms(sources)
+        if not terms:
+            return self._empty(select, sources)
+        self.retracting = True
+        names = [f"k{j}" for j in range(len(keys))]
+        below = select.copy()
+        projections = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
+        branches = [render_block(self, below, sources, term, projections) for term in terms]
+        changed = _distinct_keys(branches, names)
+        equalities = _equalities(sources, select.args.get("where"))
+        ranges = self._key_ranges(sources, terms, keys, equalities)
+        bounds = self._bounds_on(sources, keys, ranges, equalities)
+        restriction = KeyRestriction(len(sources), changed, tuple(keys), bounds=tuple(bounds))
+        count = len(sources)
+        return union_all([
+            render_block(self, select, sources,
+                         Term((NEW,) * count, weight_literal(1), (restriction,))),
+            render_block(self, select, sources,
+                         Term((OLD,) * count, weight_literal(-1), (restriction,))),
+        ])
 
     def block_sources(self, select: exp.Select) -> List[Source]:
         """The FROM clause of a block as sources; rejects joins without a delta rule."""
@@ -155,16 +263,12 @@ class DeltaBuilder:
             return []
         sources = [self._source(from_.this, None)]
         for join in select.args.get("joins") or []:
-            side, kind = join.side.upper(), join.kind.upper()
-            if kind in ("SEMI", "ANTI"):
-                raise RecomputeRequired(f"{side} {kind} JOIN is not maintained incrementally".strip())
-            if side in ("RIGHT", "FULL"):
-                raise RecomputeRequired(f"{side} OUTER JOIN is not maintained incrementally")
+            kind = join.kind.upper()
             if join.method or join.args.get("using"):
                 raise RecomputeRequired(f"{join.method or 'USING'} join is not maintained incrementally")
-            if kind not in ("", "INNER", "CROSS", "OUTER"):
+            if kind not in ("", "INNER", "CROSS", "OUTER", "SEMI", "ANTI"):
                 raise RecomputeRequired(f"{kind} JOIN is not maintained incrementally")
-            self.constructs.add("left join" if side == "LEFT" else "inner join")
+            self.constructs.add(join_construct(join))
             sources.append(self._source(join.this, join))
         if select.args.get("laterals"):
             self.constructs.add("lateral view")
@@ -174,7 +278,8 @@ class DeltaBuilder:
         if isinstance(node, exp.Subquery) and not isinstance(node.this, exp.Query):
             raise RecomputeRequired("a parenthesized join is not maintained incrementally")
         if isinstance(node, exp.Subquery):
-            self.constructs.add("derived table")
+            if not node.alias_or_name.startswith("_streamsql_"):  # not one the planner made
+                self.constructs.add("derived table")
         elif bound_input(node) is None and not is_constant(node):
             raise RecomputeRequired(f"{node.key.upper()} in FROM is not maintained incrementally")
         return Source(node=node, alias=node.alias_or_name, join=join)
@@ -184,7 +289,7 @@ class DeltaBuilder:
         if not sources:
             return []
         changing = [i for i, source in enumerate(sources) if not is_constant(source.node)]
-        inner_only = all(s.join is None or s.join.side.upper() != "LEFT" for s in sources)
+        inner_only = all(join_rule(s.join) == INNER for s in sources)
         if self.newest and inner_only and 1 < len(changing) <= self.MAX_NEWEST_SOURCES:
             return self._newest_terms(sources, changing)
         terms: List[Term] = []
@@ -192,27 +297,144 @@ class DeltaBuilder:
             terms.append(Term((DELTA,), self._delta_weight(sources[0])))
         for position in range(1, len(sources)):
             source = sources[position]
-            if source.join.side.upper() == "LEFT":
-                pairs = equi_join_keys(source.join.args.get("on"), {s.alias for s in sources[:position]}, source.alias)
-                if not pairs:
-                    raise RecomputeRequired("LEFT JOIN without an equality between its two sides is not maintained incrementally")
-                if not terms and is_constant(source.node):
-                    continue
-                restriction = KeyRestriction(
-                    position=position,
-                    changed_keys=self._changed_keys(sources, position, terms, pairs),
-                    left_keys=tuple(left for left, _ in pairs),
-                )
-                count = position + 1
-                terms = [
-                    Term((NEW,) * count, weight_literal(1), (restriction,)),
-                    Term((OLD,) * count, weight_literal(-1), (restriction,)),
-                ]
-            else:
-                terms = [Term(t.versions + (NEW,), t.weight, t.restrictions) for t in terms]
-                if not is_constant(source.node):
-                    terms.append(Term((OLD,) * position + (DELTA,), self._delta_weight(source)))
+            if join_rule(source.join) != INNER:
+                terms = self._restricted_terms(sources, position, terms)
+                continue
+            terms = [Term(t.versions + (NEW,), t.weight, t.restrictions, t.gate) for t in terms]
+            if not is_constant(source.node):
+                terms.append(Term((OLD,) * position + (DELTA,), self._delta_weight(source)))
         return terms
+
+    def _restricted_terms(self, sources: Sequence[Source], position: int,
+                          terms: List[Term]) -> List[Term]:
+        """The prefix joined with `sources[position]` re-evaluated, new and old, for the keys whose
+        rows change on either side (the rule of LEFT/RIGHT/FULL/SEMI/ANTI joins and NOT IN)."""
+        source = sources[position]
+        rule = join_rule(source.join)
+        if rule == NOT_IN:
+            pairs = [null_aware_pair(source.join)]
+        else:
+            prefix = {s.alias for s in sources[:position]}
+            pairs = equi_join_keys(source.join.args.get("on"), prefix, source.alias)
+        if not pairs:
+            raise RecomputeRequired(f"{_join_text(source.join)} without an equality between its "
+                                    "two sides is not maintained incrementally")
+        if not terms and is_constant(source.node):
+            return terms
+        self.retracting = True
+        equalities = _equalities(sources[:position])
+        left_keys = [left for left, _ in pairs]
+        ranges = self._key_ranges(sources[:position], terms, left_keys, equalities,
+                                  right=source, right_keys=[right for _, right in pairs])
+        right_bounds: List[exp.Expression] = []
+        if rule != NOT_IN:  # NOT IN reads the whole subquery: its NULLs, whether it is empty
+            for (_, right), key_range in zip(pairs, ranges):
+                if key_range is not None and isinstance(right, exp.Column):
+                    right_bounds.append(self._range_predicate(right, key_range))
+        restriction = KeyRestriction(
+            position=position,
+            changed_keys=self._changed_keys(sources, position, terms, pairs),
+            left_keys=tuple(left_keys),
+            bounds=tuple(self._bounds_on(sources[:position], left_keys, ranges, equalities)),
+            right_keys=tuple(right for _, right in pairs),
+            right_bounds=tuple(right_bounds),
+            restrict_right=rule in (RIGHT, FULL),
+        )
+        count = position + 1
+        if rule != NOT_IN:
+            return [Term((NEW,) * count, weight_literal(1), (restriction,)),
+                    Term((OLD,) * count, weight_literal(-1), (restriction,))]
+        by_key = self._not_in_by_key(source, pairs[0][1])
+        not_by_key = exp.Not(this=exp.Paren(this=by_key.copy()))
+        needed = exp.Case(ifs=[exp.If(this=not_by_key.copy(), true=exp.Literal.number(1))])
+        gate = self._named(KeyBound("", "1", AT_MOST, needed.sql(DIALECT)))
+        whole = exp.and_(exp.column(gate), not_by_key)
+        return [Term((NEW,) * count, weight_literal(1), (restriction,), by_key),
+                Term((OLD,) * count, weight_literal(-1), (restriction,), by_key.copy()),
+                Term((NEW,) * count, weight_literal(1), (), whole),
+                Term((OLD,) * count, weight_literal(-1), (), whole.copy())]
+
+    def _not_in_by_key(self, source: Source, key: exp.Expression) -> exp.Expression:
+        """True when NOT IN over `source` decides each row by its key alone in both versions:
+        the subquery holds no NULL, old or new, and is empty in both or in neither."""
+
+        def holds_a_row(version: str, condition: Optional[exp.Expression]) -> exp.Expression:
+            probe = exp.Select(expressions=[exp.Literal.number(1)],
+                               from_=exp.From(this=self.source_at(source, version)))
+            if condition is not None:
+                probe = probe.where(condition.copy())
+            probe.set("limit", exp.Limit(expression=exp.Literal.number(1)))
+            found = exp.Is(this=exp.Subquery(this=probe), expression=exp.Null())
+            return exp.Paren(this=exp.Not(this=found))
+
+        null_key = exp.Is(this=key.copy(), expression=exp.Null())
+        return exp.Paren(this=exp.and_(
+            exp.Not(this=holds_a_row(OLD, null_key)),
+            exp.Not(this=holds_a_row(NEW, null_key)),
+            exp.EQ(this=holds_a_row(OLD, None), expression=holds_a_row(NEW, None)),
+        ))
+
+    def _key_ranges(self, sources: Sequence[Source], terms: Sequence[Term],
+                    keys: Sequence[exp.Expression], equalities: Sequence[Equality],
+                    right: Optional[Source] = None,
+                    right_keys: Sequence[exp.Expression] = ()) -> List[Optional[Tuple[str, str]]]:
+        """Per key: (MIN, MAX) scalar SQL over delta placeholders bounding every non-NULL value the
+        changed keys can hold, or None where no such bound follows from the change.
+
+        A term's rows come from the change of each input it reads as a change, so a key is bounded
+        by the range, over one of those changes, of an expression the key equals (bounds.py).
+        """
+        ranges: List[Optional[Tuple[str, str]]] = []
+        for j, key in enumerate(keys):
+            found: List[Tuple[str, str, exp.Expression]] = []
+            for term in terms:
+                contribution = None
+                if not term.restrictions and term.gate is None:
+                    for source, version in zip(sources, term.versions):
+                        index = bound_input(source.node)
+                        if version != DELTA or index is None:
+                            continue
+                        equal = equivalent_over(key, source.alias, equalities)
+                        if equal is not None:
+                            contribution = (delta_input(index), source.alias, equal)
+                            break
+                if contribution is None:
+                    found = []
+                    break
+                found.append(contribution)
+            else:
+                if right is not None and not is_constant(right.node):
+                    contribution = _delta_expression(right, right_keys[j])
+                    found = found + [contribution] if contribution is not None else []
+            unique = {(p, a, e.sql(DIALECT)): (p, a, e) for p, a, e in found}
+            if not unique:
+                ranges.append(None)
+                continue
+            ranges.append(tuple(
+                _extreme(side, [extreme_of(e, side, p, a) for p, a, e in unique.values()])
+                for side in (AT_LEAST, AT_MOST)))
+        return ranges
+
+    def _bounds_on(self, sources: Sequence[Source], keys: Sequence[exp.Expression],
+                   ranges: Sequence[Optional[Tuple[str, str]]],
+                   equalities: Sequence[Equality]) -> List[exp.Expression]:
+        """Key-range predicates on the columns of `sources` that equal a bounded key."""
+        predicates: List[exp.Expression] = []
+        for key, key_range in zip(keys, ranges):
+            if key_range is None:
+                continue
+            columns = [key] if isinstance(key, exp.Column) else []
+            for source in sources:
+                equal = equivalent_over(key, source.alias, equalities)
+                if isinstance(equal, exp.Column) and equal not in columns:
+                    columns.append(equal)
+            predicates += [self._range_predicate(column, key_range) for column in columns]
+        return predicates
+
+    def _range_predicate(self, column: exp.Column, key_range: Tuple[str, str]) -> exp.Expression:
+        low = self._named(KeyBound("", column.sql(DIALECT), AT_LEAST, key_range[0]))
+        high = self._named(KeyBound("", column.sql(DIALECT), AT_MOST, key_range[1]))
+        return key_range_predicate(column, low, high)
 
     def _newest_terms(self, sources: Sequence[Source], changing: Sequence[int]) -> List[Term]:
         """Every nonempty set of the changing sources as their change, the others as new."""
@@ -235,9 +457,9 @@ class DeltaBuilder:
 
         Only inner joins: a term of a block with a LEFT JOIN evaluates whole sides, not a change.
         """
-        if term.restrictions or DELTA not in term.versions:
+        if term.restrictions or term.gate is not None or DELTA not in term.versions:
             return []
-        if any(s.join is not None and s.join.side.upper() == "LEFT" for s in sources):
+        if any(join_rule(s.join) != INNER for s in sources):
             return []
         changed = [s for s, v in zip(sources, term.versions)
                    if v == DELTA and bound_input(s.node) is not None]
@@ -282,13 +504,13 @@ class DeltaBuilder:
         for term in prefix_terms:
             from_, joins = render_from(self, sources[:position], term)
             projections = [exp.alias_(left.copy(), name) for (left, _), name in zip(pairs, names)]
-            branches.append(exp.Select(expressions=projections, from_=from_, joins=joins))
+            branch = exp.Select(expressions=projections, from_=from_, joins=joins)
+            branches.append(branch.where(term.gate.copy()) if term.gate is not None else branch)
         right = sources[position]
         if not is_constant(right.node):
             projections = [exp.alias_(r.copy(), name) for (_, r), name in zip(pairs, names)]
             branches.append(exp.Select(expressions=projections, from_=exp.From(this=self.source_at(right, DELTA))))
-        keys = exp.Subquery(this=union_all(branches), alias=exp.TableAlias(this=exp.to_identifier("_streamsql_changed")))
-        return exp.Select(expressions=[exp.column(name) for name in names], from_=exp.From(this=keys), distinct=exp.Distinct())
+        return _distinct_keys(branches, names)
 
     def source_at(self, source: Source, version: str) -> exp.Expression:
         """The relation of a source at a version, under the source's alias."""
@@ -325,25 +547,49 @@ def render_from(builder: DeltaBuilder, sources: Sequence[Source], term: Term) ->
     from_ = exp.From(this=builder.source_at(sources[0], term.versions[0]))
     joins: List[exp.Join] = []
     for position in range(1, len(sources)):
-        for restriction in term.restrictions:
-            if restriction.position == position:
-                joins.append(_semi_join(restriction))
+        restriction = next((r for r in term.restrictions if r.position == position), None)
+        if restriction is not None:
+            joins.append(_semi_join(restriction.left_keys, restriction.changed_keys,
+                                    f"_streamsql_keys_{position}"))
         join = sources[position].join.copy()
-        join.set("this", builder.source_at(sources[position], term.versions[position]))
+        node = builder.source_at(sources[position], term.versions[position])
+        if restriction is not None and restriction.restrict_right:
+            node = _restricted_source(node, restriction, position)
+        elif restriction is not None and restriction.right_bounds:
+            bounds = [bound.copy() for bound in restriction.right_bounds]
+            join.set("on", exp.and_(join.args["on"].copy(), *bounds))
+        join.set("this", node)
         joins.append(join)
+    for restriction in term.restrictions:
+        if restriction.position >= len(sources):
+            joins.append(_semi_join(restriction.left_keys, restriction.changed_keys,
+                                    f"_streamsql_keys_{restriction.position}"))
     return from_, joins
 
 
-def _semi_join(restriction: KeyRestriction) -> exp.Join:
-    alias = f"_streamsql_keys_{restriction.position}"
+def _semi_join(left_keys: Sequence[exp.Expression], changed_keys: exp.Query,
+               alias: str) -> exp.Join:
     condition = exp.and_(
         *(
             exp.NullSafeEQ(this=left.copy(), expression=exp.column(f"k{j}", table=alias))
-            for j, left in enumerate(restriction.left_keys)
+            for j, left in enumerate(left_keys)
         )
     )
-    keys = exp.Subquery(this=restriction.changed_keys.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+    keys = exp.Subquery(this=changed_keys.copy(),
+                        alias=exp.TableAlias(this=exp.to_identifier(alias)))
     return exp.Join(this=keys, side="LEFT", kind="SEMI", on=condition)
+
+
+def _restricted_source(node: exp.Expression, restriction: KeyRestriction,
+                       position: int) -> exp.Expression:
+    """The right side of a RIGHT/FULL join, its rows restricted to the changed keys."""
+    keys = _semi_join(restriction.right_keys, restriction.changed_keys,
+                      f"_streamsql_right_keys_{position}")
+    inner = exp.Select(expressions=[exp.Star()], from_=exp.From(this=node), joins=[keys])
+    if restriction.right_bounds:
+        inner = inner.where(exp.and_(*(b.copy() for b in restriction.right_bounds)))
+    alias = exp.TableAlias(this=exp.to_identifier(node.alias_or_name))
+    return exp.Subquery(this=inner, alias=alias)
 
 
 def render_block(
@@ -362,6 +608,10 @@ def render_block(
     chosen = [p.copy() for p in (projections if projections is not None else select.expressions)]
     block.set("expressions", chosen + [exp.alias_(term.weight.copy(), WEIGHT)])
     bounds = builder.term_bounds(select, sources, term) if sources else []
+    for restriction in term.restrictions:
+        bounds += [b.copy() for b in restriction.bounds]
+    if term.gate is not None:
+        bounds.append(term.gate.copy())
     if bounds:
         block = block.where(exp.and_(*bounds))
     return block
@@ -373,3 +623,77 @@ def union_all(queries) -> exp.Query:
     for query in queries[1:]:
         result = exp.union(result, query, distinct=False)
     return result
+
+
+def _distinct_keys(branches: Sequence[exp.Query], names: Sequence[str]) -> exp.Select:
+    """SELECT DISTINCT k0, k1, ... over the UNION ALL of `branches` (each projecting them first)."""
+    alias = exp.TableAlias(this=exp.to_identifier("_streamsql_changed"))
+    keys = exp.Subquery(this=union_all(branches), alias=alias)
+    return exp.Select(expressions=[exp.column(name) for name in names],
+                      from_=exp.From(this=keys), distinct=exp.Distinct())
+
+
+def _equalities(sources: Sequence[Source],
+                where: Optional[exp.Expression] = None) -> List[Equality]:
+    """(a, b) of the `=` / `<=>` conjuncts of the sources' inner joins (and of `where`): every
+    row of their join satisfies them."""
+    conditions: List[exp.Expression] = conjuncts(where.this) if where is not None else []
+    for source in sources:
+        if source.join is not None and join_rule(source.join) == INNER:
+            conditions += conjuncts(source.join.args.get("on"))
+    return [(c.this, c.expression) for c in conditions
+            if isinstance(c, (exp.EQ, exp.NullSafeEQ)) and not c.find(exp.Query)]
+
+
+def equivalent_over(key: exp.Expression, alias: str,
+                    equalities: Sequence[Equality]) -> Optional[exp.Expression]:
+    """An expression over relation `alias` alone that equals `key` in every row (or None)."""
+    if aliases_of(key) == {alias} and not key.find(exp.Query) and not contains_aggregate(key):
+        return key
+    for first, second in equalities:
+        for this, other in ((first, second), (second, first)):
+            if this == key and aliases_of(other) == {alias} and not other.find(exp.Query):
+                return other
+    return None
+
+
+def _delta_expression(source: Source,
+                      key: exp.Expression) -> Optional[Tuple[str, str, exp.Expression]]:
+    """(delta placeholder, alias, expression) whose range over that input's change covers `key`
+    (an expression over `source`) over the source's change; None when none is known.
+
+    An input table, or a plain SELECT over one input table without joins (a subquery's
+    `SELECT y FROM s WHERE ...`): its change's rows are rows of the table's change.
+    """
+    index = bound_input(source.node)
+    if index is not None:
+        return delta_input(index), source.alias, key
+    if not isinstance(source.node, exp.Subquery) or not isinstance(key, exp.Column):
+        return None
+    inner = source.node.this
+    if not isinstance(inner, exp.Select) or inner.args.get("joins") or inner.args.get("laterals"):
+        return None
+    if inner.args.get("group") or inner.args.get("distinct") or windows_of(inner):
+        return None
+    from_ = inner.args.get("from_")
+    if from_ is None or bound_input(from_.this) is None:
+        return None
+    alias = source.node.args.get("alias")
+    names = ([c.name for c in alias.columns] if alias is not None and alias.columns
+             else [p.alias_or_name for p in inner.expressions])
+    if key.name not in names:
+        return None
+    expression = inner.expressions[names.index(key.name)].unalias()
+    table_alias = from_.this.alias_or_name
+    if aliases_of(expression) != {table_alias} or expression.find(exp.Query):
+        return None
+    if contains_aggregate(expression):
+        return None
+    return delta_input(bound_input(from_.this)), table_alias, expression
+
+
+def _extreme(side: str, values: Sequence[str]) -> str:
+    """The smallest (AT_LEAST) or largest of scalar SQL values, NULLs ignored."""
+    if len(values) == 1:
+        return values[0]
+    return f"{'LEAST' if side == AT_LEAST else 'GREATEST'}({', '.join(values)})"

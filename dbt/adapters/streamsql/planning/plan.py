@@ -82,13 +82,21 @@ class KeyBound:
     """A range predicate a join term puts on a source other than its change (planning/bounds.py).
 
     The term's SQL holds `name` where the predicate goes; the executor replaces it by
-    `column operator <value as a literal>`, or by `true`.
+    `column operator <value as a literal>`, by `false` when the value is NULL, or by `true`.
+    Every bound is implied by the rest of its term (it only lets Delta skip files), so `true`
+    is always correct.
+
+    A bound may also gate a whole term: column "1" and a value that is 1 when the term is
+    needed, NULL when it is not (NOT IN's whole-result terms, linear.py): `false` then lets
+    Spark drop the term before reading anything.
     """
 
     name: str  # a placeholder, `__streamsql_bound_...__`
-    column: str  # the bounded column as the term names it, e.g. "p.id"
+    column: str  # the bounded column as the term names it, e.g. "p.id" (or "1", a gate)
     operator: str  # ">=" or "<="
-    value: str  # a scalar SELECT over one delta placeholder: the MIN or MAX the column is held to
+    # a scalar SQL expression over placeholders: the MIN or MAX the column is held to, e.g. a
+    # SELECT over one delta placeholder, or the LEAST/GREATEST of several such SELECTs
+    value: str
 
 
 def bound_placeholder(prefix: str, number: int) -> str:

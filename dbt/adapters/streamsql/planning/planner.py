@@ -2,8 +2,10 @@
 
 Strategy, by the shape of the query (section 3 of SPEC.md lists what the fast path covers):
 
-- "linear": projection, filter, UNION ALL, inner/cross joins, left equi-joins, derived tables and
-  CTEs, LATERAL VIEW generators (`linear.py`);
+- "linear": projection, filter, UNION ALL, inner/cross joins, left/right/full equi-joins, semi
+  and anti joins (IN / EXISTS / NOT IN / NOT EXISTS subqueries become those, `subqueries.py`),
+  top-K per partition (`windows.py`), derived tables and CTEs, LATERAL VIEW generators
+  (`linear.py`);
 - "aggregate": a GROUP BY / DISTINCT / UNION / global aggregate at the top, possibly under a
   projection and filter, over any linear FROM clause (`aggregate.py`);
 - "recompute": everything else (`recompute.py`), with the construct that forced it as reason.
@@ -24,17 +26,30 @@ from dbt.adapters.streamsql.planning.binding import bind_tree, bound_input, pars
 from dbt.adapters.streamsql.planning.constructs import drop_ordering, nonlinear_construct
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
 from dbt.adapters.streamsql.planning.linear import NEW, DeltaBuilder, at_version
-from dbt.adapters.streamsql.planning.plan import DIALECT, FAST_PATH, Column, InputTable, StagePlan, StepPlan
+from dbt.adapters.streamsql.planning.plan import (
+    DIALECT,
+    FAST_PATH,
+    Column,
+    InputTable,
+    StagePlan,
+    StepPlan,
+)
 from dbt.adapters.streamsql.planning.recompute import recompute_change_sql
 from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages
+from dbt.adapters.streamsql.planning.subqueries import rewrite as rewrite_subqueries
 from dbt.adapters.streamsql.planning.types import TypeOracle
+from dbt.adapters.streamsql.planning.windows import add_tie_breakers, eliminate_qualify
 
 __all__ = ["plan_step", "PlanningError", "Describe"]
 
 # Given a SELECT over the `new` placeholders of the inputs, its result columns (DESCRIBE QUERY).
 Describe = Callable[[str], Sequence[Column]]
 
-_CONSTRUCT_ORDER = ("filter", "projection", "union all", "inner join", "left join", "lateral view", "derived table")
+_CONSTRUCT_ORDER = (
+    "filter", "projection", "union all", "inner join", "left join", "right join", "full join",
+    "semi join", "anti join", "in (subquery)", "exists", "not in (subquery)", "not exists",
+    "lateral view", "derived table",
+)
 
 
 def plan_step(
@@ -71,11 +86,14 @@ def plan_step(
 
 
 def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Describe]) -> StepPlan:
+    tree = eliminate_qualify(tree)
+    rewrite_subqueries(tree)
     obstacle = nonlinear_construct(tree)
     if obstacle:
         raise RecomputeRequired(obstacle)
     if not any(bound_input(t) is not None for t in tree.find_all(exp.Table)):
         raise RecomputeRequired("the query reads no input")
+    add_tie_breakers(tree, TypeOracle(inputs))
     drop_ordering(tree)
     stages = _plan_stages(lift_stages(tree, len(inputs)), inputs, describe)
     readable = tuple(inputs) + tuple(InputTable(s.name, s.columns) for s in stages)
@@ -96,17 +114,18 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
     builder.newest = True
     later = builder.query_delta(tree).sql(DIALECT)
     constructs = [c for c in _CONSTRUCT_ORDER if c in builder.constructs]
+    constructs += sorted(c for c in builder.constructs if c not in _CONSTRUCT_ORDER)
     return StepPlan(
         strategy="linear",
         reason=FAST_PATH + ", ".join(constructs) + stage_note,
         inputs=inputs,
         output_columns=output_columns,
         change_sql=change,
-        monotonic=not builder.uses_left_join,
+        monotonic=not builder.retracting,
         stages=stages,
         bounds=tuple(builder.bounds.values()),
         later_change_sql=later if later != change else None,
-        later_monotonic=not builder.uses_left_join and not builder.signed,
+        later_monotonic=not builder.retracting and not builder.signed,
     )
 
 
