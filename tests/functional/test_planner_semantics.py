@@ -69,6 +69,36 @@ LINEAR = [
     # three inputs: seven inclusion-exclusion terms in the later form
     "select a.id, u.w, b.n from demo.t a join demo.u on a.k = u.k join demo.t b "
     "on b.k = u.k and b.id <> a.id",
+    # top-K per partition (ORDER BY making rows with distinct output distinct: ROW_NUMBER ties)
+    "select id, k, v from (select id, k, v, row_number() over (partition by k order by v desc, id) "
+    "as rn from demo.t) q where rn = 1",
+    "select id, k, v, rank() over (partition by k order by v desc) as r from demo.t qualify r <= 2",
+    "select id, s from demo.t where n > -20 "
+    "qualify dense_rank() over (partition by k, s order by n) < 3",
+    "with ranked as (select t.id, t.k, u.w, row_number() over (partition by t.k order by u.w desc, "
+    "t.id) as rn, count(*) over (partition by t.k) as c from demo.t join demo.u on t.k = u.k) "
+    "select id, w, c from ranked where rn = 1",
+    # IN / EXISTS / NOT IN / NOT EXISTS
+    "select id, k from demo.t where k in (select k from demo.u where w > 1)",
+    "select id from demo.t where (k, n) in (select k, w from demo.u)",
+    "select id from demo.t where n in (select w from demo.u where u.k = t.k)",
+    "select id, k from demo.t where k not in (select k from demo.u)",
+    "select id, k from demo.t where k not in (select k from demo.u where k is not null) and n > 0",
+    "select id from demo.t where exists (select 1 from demo.u where u.k = t.k and u.w > 1)",
+    "select id, n from demo.t "
+    "where not exists (select * from demo.u where u.k = t.k and u.w > t.n)",
+    "select t.id, u.w from demo.t join demo.u on t.k = u.k "
+    "where t.n not in (select w from demo.u where w is not null) and exists "
+    "(select 1 from demo.t t2 where t2.id = t.id + 1)",
+    "select t.id from demo.t left anti join demo.u on t.k = u.k",
+    # FULL and RIGHT joins
+    "select t.id, t.k, u.k as uk, u.w from demo.t full join demo.u on t.k = u.k",
+    "select t.id, u.k, u.w from demo.t right outer join demo.u on t.k = u.k and t.n > u.w",
+    "select a.id, u.w, b.id as id2 from demo.t a full join demo.u on a.k = u.k "
+    "join demo.t b on b.k = u.k",
+    "select id from demo.t where k in (select k from demo.u) union all "
+    "select id from (select id, row_number() over (partition by s order by id, v) as rn "
+    "from demo.t) x where rn <= 2",
 ]
 
 AGGREGATE = [
@@ -95,12 +125,18 @@ AGGREGATE = [
     "with __dbt__cte__c as (select k, n from demo.t where n is not null) "
     "select k, count(*) as c from __dbt__cte__c group by k",
     "select e, count(*) as c from demo.t lateral view explode(arr) x as e group by e",
+    "select k, count(*) as c, max(v) as mx from (select k, v, row_number() over (partition by id "
+    "order by ts desc, v) as rn from demo.t) q where q.rn = 1 group by k",
+    "select u.w, count(*) as c, count(t.id) as ct from demo.t full join demo.u on t.k = u.k "
+    "group by u.w",
+    "select k, count(*) as c from demo.t where k in (select k from demo.u) group by k",
+    "select count(*) as c, sum(n) as sn from demo.t "
+    "where not exists (select 1 from demo.u where u.k = t.k)",
 ]
 
 RECOMPUTE = [
     "select id, row_number() over (partition by k order by id, v, n, s) as rn from demo.t",
-    "select id from demo.t where k in (select k from demo.u)",
-    "select t.id, u.w from demo.t full join demo.u on t.k = u.k",
+    "select id from demo.t where (k, n) not in (select k, w from demo.u)",
     "select count(distinct s) as ds from demo.t",
 ]
 
@@ -342,3 +378,70 @@ def test_recompute_plans_are_exact(spark, sql):
     assert plan.strategy == "recompute", plan.reason
     for old, new in scenarios(3):
         check_change(spark, sql, plan, old, new)
+
+
+# -- changes that flip a whole result or a key's match ------------------------------------------
+
+
+def t_row(id, k, v=None, n=None):
+    return (id, k, None if v is None else Decimal(v), None, None, None, n)
+
+
+T_ROWS = [t_row(1, 1, "5"), t_row(2, 1, "3"), t_row(3, 2, "5"), t_row(4, None, "1"),
+          t_row(5, 3, "2")]
+NOT_IN = "select id, k from demo.t where k not in (select k from demo.u)"
+TOP_1 = ("select id, k, v from (select id, k, v, row_number() over (partition by k "
+         "order by v desc, id) as rn from demo.t) q where rn = 1")
+TOP_2_RANK = "select id, k, v from demo.t qualify rank() over (partition by k order by v desc) <= 2"
+IN = "select id, k from demo.t where k in (select k from demo.u)"
+EXISTS = "select id from demo.t where exists (select 1 from demo.u where u.k = t.k)"
+NOT_EXISTS = "select id, k from demo.t where not exists (select 1 from demo.u where u.k = t.k)"
+FULL = "select t.id, u.k, u.w from demo.t full join demo.u on t.k = u.k"
+RIGHT = "select t.id, u.k, u.w from demo.t right join demo.u on t.k = u.k"
+
+TRICKY = [
+    # NOT IN: a NULL appears in the subquery (every row goes), then disappears (they come back)
+    ("not in, a NULL appears", NOT_IN, (T_ROWS, [(1, 1)]), (T_ROWS, [(1, 1), (None, 2)])),
+    ("not in, the NULL disappears", NOT_IN, (T_ROWS, [(1, 1), (None, 2)]), (T_ROWS, [(1, 1)])),
+    # ... the subquery empties (a NULL outer value is kept again) and fills
+    ("not in, the subquery empties", NOT_IN, (T_ROWS, [(1, 1)]), (T_ROWS, [])),
+    ("not in, the subquery fills", NOT_IN, (T_ROWS, []), (T_ROWS, [(2, 1)])),
+    ("not in, keys change", NOT_IN, (T_ROWS, [(1, 1), (2, 2)]),
+     (T_ROWS + [t_row(6, 2)], [(3, 1), (2, 2)])),
+    ("not in, NULL stays", NOT_IN, (T_ROWS, [(None, 1)]),
+     (T_ROWS + [t_row(7, 9)], [(None, 1), (1, 1)])),
+    # a partition's top row deleted, replaced, tied
+    ("top-1, top row deleted", TOP_1, (T_ROWS, []), ([r for r in T_ROWS if r[0] != 1], [])),
+    ("top-1, new top row", TOP_1, (T_ROWS, []), (T_ROWS + [t_row(8, 1, "9")], [])),
+    ("top-1, last row of a partition deleted", TOP_1, (T_ROWS, []),
+     ([r for r in T_ROWS if r[0] != 3], [])),
+    ("top-1, NULL partition", TOP_1, (T_ROWS, []), (T_ROWS + [t_row(9, None, "7")], [])),
+    ("rank <= 2, a tie enters", TOP_2_RANK, (T_ROWS + [t_row(10, 1, "3")], []),
+     (T_ROWS + [t_row(10, 1, "3"), t_row(11, 1, "6")], [])),
+    ("rank <= 2, a tie leaves", TOP_2_RANK, (T_ROWS + [t_row(10, 1, "5")], []), (T_ROWS, [])),
+    # a subquery's only match deleted; a duplicate of it deleted (must not remove outer rows)
+    ("in, duplicate match deleted", IN, (T_ROWS, [(1, 1), (1, 1)]), (T_ROWS, [(1, 1)])),
+    ("in, only match deleted", IN, (T_ROWS, [(1, 1), (2, 1)]), (T_ROWS, [(2, 1)])),
+    ("exists, only match deleted", EXISTS, (T_ROWS, [(1, 1), (3, 1)]), (T_ROWS, [(3, 1)])),
+    ("not exists, only match deleted", NOT_EXISTS, (T_ROWS, [(1, 1), (None, 1)]),
+     (T_ROWS, [(None, 1)])),
+    ("not exists, match inserted", NOT_EXISTS, (T_ROWS, []), (T_ROWS, [(2, 4), (2, 4)])),
+    # a FULL / RIGHT join's match coming and going (NULL-padded rows disappear and reappear)
+    ("full, match comes", FULL, (T_ROWS, [(7, 1)]), (T_ROWS, [(7, 1), (3, 2)])),
+    ("full, match goes", FULL, (T_ROWS, [(3, 2), (7, 1)]),
+     ([r for r in T_ROWS if r[0] != 5], [(7, 1)])),
+    ("full, NULL keys", FULL, (T_ROWS, [(None, 1)]),
+     (T_ROWS + [t_row(12, None)], [(None, 1), (None, 2)])),
+    ("right, match comes and goes", RIGHT, (T_ROWS, [(1, 1), (7, 2)]),
+     ([r for r in T_ROWS if r[1] != 1] + [t_row(13, 7)], [(1, 1), (7, 2)])),
+]
+
+
+@pytest.mark.parametrize("name, sql, old, new", TRICKY,
+                         ids=[case[0].replace(", ", "-").replace(" ", "_") for case in TRICKY])
+def test_changes_that_flip_matches_are_exact(spark, name, sql, old, new):
+    plan = plan_step(sql, INPUTS, output_columns(spark, sql))
+    assert plan.strategy == "linear", plan.reason
+    check_change(spark, sql, plan, old, new)
+    if plan.later_change_sql is not None:
+        check_change(spark, sql, plan, old, new, plan.later_change_sql)
