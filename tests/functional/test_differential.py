@@ -3,8 +3,9 @@
 A seeded generator changes three source Delta tables step after step (inserts, deletes, updates,
 exact duplicate rows, NULL keys and values, rows inserted and deleted within one step, updates of
 join and group keys). Each step is one `dbt run` of one project holding a model for every
-fast-path construct of SPEC section 3, aggregates below joins and other aggregates (stages), plus
-a few that must fall back to recompute. After each step
+fast-path construct of SPEC section 3 (top-K per partition, IN / EXISTS / NOT IN / NOT EXISTS
+subqueries, FULL and RIGHT joins included), aggregates below joins and other aggregates
+(stages), plus a few that must fall back to recompute. After each step
 every model's table is compared, as a multiset, with its compiled SELECT evaluated from scratch,
 and the plan each model reports in its adapter response is checked, so a silent fallback to
 recompute fails the test too.
@@ -121,6 +122,43 @@ MODELS: Dict[str, tuple] = {
         "aggregate"),
     "lin_chain_of_aggregate": (
         "select k, n_rows, max_v from {{ ref('agg_basic') }} where n_rows > 1", "linear"),
+    # -- top-K per partition, IN / EXISTS / NOT IN / NOT EXISTS, FULL and RIGHT joins ------------
+    # (ROW_NUMBER's ORDER BY leaves only exact duplicates tied: ties are Spark's own choice)
+    "lin_latest_per_key": (
+        f"select rid, k, g, v, ts from (select *, row_number() over (partition by k "
+        f"order by ts desc, rid desc, v, n, g) as rn from {FACTS}) latest where rn = 1",
+        "linear"),
+    "lin_top2_rank_join": (
+        f"select f.rid, f.k, d.w, rank() over (partition by f.k order by d.w desc) as r "
+        f"from {FACTS} f join {DIMS} d on f.k = d.k qualify r <= 2",
+        "linear"),
+    "agg_over_top_k": (
+        f"select g, count(*) as c, sum(v) as sum_v from (select g, v, row_number() over "
+        f"(partition by rid order by ts desc, k, g, v, n) as rn from {FACTS}) x where rn = 1 "
+        f"group by g",
+        "aggregate"),
+    "lin_in_subquery": (
+        f"select rid, k from {FACTS} where k in (select k from {DIMS} where w > 2)",
+        "linear"),
+    "lin_exists": (
+        f"select f.rid, f.k, f.n from {FACTS} f "
+        f"where exists (select 1 from {DIMS} d where d.k = f.k and d.w >= 2)",
+        "linear"),
+    "lin_not_exists": (
+        f"select f.rid, f.k, f.g from {FACTS} f "
+        f"where not exists (select 1 from {EXTRA} e where e.k = f.k and e.v > f.v)",
+        "linear"),
+    "lin_not_in": (
+        f"select rid, k from {FACTS} where k not in (select k from {DIMS} where w > 1)",
+        "linear"),
+    "lin_full_join": (
+        f"select f.rid, f.k, d.rid as drid, d.k as dk, d.w from {FACTS} f "
+        f"full outer join {DIMS} d on f.k = d.k",
+        "linear"),
+    "lin_right_join": (
+        f"select f.rid, f.g, e.rid as erid, e.k from {FACTS} f "
+        f"right join {EXTRA} e on f.k = e.k and f.n > 0",
+        "linear"),
     # -- aggregates below the top (stages) ------------------------------------------------------
     "stage_join_of_aggregate": (
         f"select f.rid, f.k, a.n_rows, a.max_v from {FACTS} f "
@@ -153,9 +191,6 @@ MODELS: Dict[str, tuple] = {
         "recompute"),
     "re_top_n": (
         f"select rid, v from {FACTS} where v is not null order by v desc, rid limit 5",
-        "recompute"),
-    "re_in_subquery": (
-        f"select rid, k from {FACTS} where k in (select k from {DIMS} where w > 2)",
         "recompute"),
 }
 
