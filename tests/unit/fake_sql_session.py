@@ -19,12 +19,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import sqlglot
 from sqlglot import exp
 
+from dbt.adapters.streamsql.execution.delta_log import SqlDeltaLog
+
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 WRITES = [
     (re.compile(r"^INSERT INTO (\S+)", re.I), "WRITE"),
+    (re.compile(r"^INSERT OVERWRITE (\S+)", re.I), "WRITE OVERWRITE"),
     (re.compile(r"^MERGE INTO (\S+)", re.I), "MERGE"),
     (re.compile(r"^UPDATE (\S+)", re.I), "UPDATE"),
     (re.compile(r"^DELETE FROM (\S+)", re.I), "DELETE"),
@@ -67,8 +70,14 @@ class FakeTable:
     def version(self) -> int:
         return self.history[-1]["version"]
 
-    def commit(self, operation: str, metadata: Optional[str] = None) -> None:
+    table_id: str = "table-1"
+
+    def commit(self, operation: str, metadata: Optional[str] = None,
+               parameters: Optional[Dict[str, str]] = None,
+               metrics: Optional[Dict[str, str]] = None) -> None:
         self.history.append({"version": len(self.history), "operation": operation,
+                             "operationParameters": dict(parameters or {}),
+                             "operationMetrics": dict(metrics or {}),
                              "userMetadata": metadata})
 
 
@@ -115,9 +124,14 @@ class FakeSqlSession:
         self.column_types.update(dict(columns))
         self.tables[table_key(name)] = table
 
-    def append_to(self, name: str) -> None:
-        """Someone else writes to a source: a new version."""
-        self.tables[table_key(name)].commit("WRITE")
+    def append_to(self, name: str, rows: int = 3) -> None:
+        """Someone else appends rows to a source: a new version."""
+        self.tables[table_key(name)].commit("WRITE", parameters={"mode": "Append"},
+                                            metrics={"numOutputRows": str(rows)})
+
+    def delete_from(self, name: str, rows: int = 1) -> None:
+        """Someone else deletes rows of a source: a new version."""
+        self.tables[table_key(name)].commit("DELETE", metrics={"numDeletedRows": str(rows)})
 
     def commits(self, name: str) -> List[Dict[str, Any]]:
         return list(self.tables[table_key(name)].history)
@@ -139,6 +153,9 @@ class FakeSqlSession:
 
     def release(self, name: str) -> None:
         self.statements.append(f"RELEASE {name}")
+
+    def delta_log(self) -> SqlDeltaLog:
+        return SqlDeltaLog(self)
 
     # -- statements -----------------------------------------------------------------------------
 
@@ -166,10 +183,10 @@ class FakeSqlSession:
         if match:
             history = list(reversed(self._table(match.group(1)).history))
             return history[:int(match.group(2))] if match.group(2) else history
-        match = re.match(r"^SHOW TBLPROPERTIES (\S+)$", statement)
+        match = re.match(r"^DESCRIBE DETAIL (\S+)$", statement)
         if match:
-            return [{"key": k, "value": v}
-                    for k, v in self._table(match.group(1)).properties.items()]
+            table = self._table(match.group(1))
+            return [{"id": table.table_id, "properties": dict(table.properties)}]
         match = re.match(r"^DESCRIBE TABLE (\S+)$", statement)
         if match:
             return [{"col_name": n, "data_type": t}
@@ -189,7 +206,9 @@ class FakeSqlSession:
         for pattern, operation in WRITES:
             match = pattern.match(statement)
             if match:
-                self._write(match.group(1), operation)
+                written = {"numOutputRows": str(self.answers.inserts)}
+                writes_rows = operation.startswith("WRITE")
+                self._write(match.group(1), operation, written if writes_rows else {})
                 return []
         if re.match(r"^(CREATE OR REPLACE TEMPORARY VIEW|DROP VIEW|CACHE TABLE)", statement):
             return []
@@ -214,14 +233,17 @@ class FakeSqlSession:
                      self.conf.get(USER_METADATA))
         self.tables[key] = table
 
-    def _write(self, name: str, operation: str) -> None:
+    def _write(self, name: str, operation: str, metrics: Dict[str, str]) -> None:
         table = self._table(name)
         app, version = self.conf.get(TXN_APP_ID), self.conf.get(TXN_VERSION)
         if app is not None and version is not None:
             if table.txns.get(app, -1) >= int(version):
                 return  # Delta skips a write it has already committed
             table.txns[app] = int(version)
-        table.commit(operation, self.conf.get(USER_METADATA))
+        parameters = {}
+        if operation.startswith("WRITE"):
+            operation, parameters = "WRITE", {"mode": operation[6:].title() or "Append"}
+        table.commit(operation, self.conf.get(USER_METADATA), parameters, metrics)
 
     def _describe(self, query: str) -> List[Tuple[str, str]]:
         answered = self.describe(query)
@@ -238,18 +260,26 @@ class FakeSqlSession:
 
     def _select(self, statement: str) -> List[Dict[str, Any]]:
         a = self.answers
-        if " AS inserts" in statement:
-            return [{"inserts": a.inserts, "deletes": a.deletes, "widest": a.widest}]
+        if re.search(r" AS (lo0|inserts|final0)\b", statement):  # facts of a change, in one row
+            row: Dict[str, Any] = {}
+            for name in re.findall(r" AS (\w+)", statement):
+                if re.fullmatch(r"(lo|hi)\d+", name):
+                    row[name] = a.bound
+                elif re.fullmatch(r"final\d+", name):
+                    row[name] = list(a.touched_final_groups)
+            if " AS inserts" in statement:
+                row.update({"inserts": a.inserts, "deletes": a.deletes, "widest": a.widest})
+            return [row]
         if " AS removals" in statement:
             return [{"n": a.changes, "removals": a.removals}]
         if " AS ok" in statement:
             return [{"ok": None}]
         if " AS w_0" in statement:
             count = len(re.findall(r" AS w_\d+", statement))
-            row: Dict[str, Any] = {}
+            waterlines: Dict[str, Any] = {"late": a.late}
             for i in range(count):
-                row.update({f"w_{i}": a.waterline, f"m_{i}": a.max_seen})
-            return [row]
+                waterlines.update({f"w_{i}": a.waterline, f"m_{i}": a.max_seen})
+            return [waterlines]
         if " AS s_0" in statement:
             return [{f"s_{i}": a.seen for i in range(len(re.findall(r" AS s_\d+", statement)))}]
         if "CAST(unix_micros(" in statement or re.search(r"CAST\(v0 AS STRING\) AS v0", statement):

@@ -71,27 +71,36 @@ BOUNDS = [KeyBound("__streamsql_bound_0__", "p.id", ">=", "(SELECT MIN(a.seller)
 
 
 def test_bound_placeholders_become_literal_predicates_in_one_query():
-    ctx, views = context(), {}
+    ctx = context()
     ctx.session.answers.bound = "42"
-    bind_bounds(ctx, BOUNDS, "... __streamsql_bound_0__ AND __streamsql_bound_1__", views)
-    assert views == {"__streamsql_bound_0__": "(p.id >= CAST('42' AS bigint))",
-                     "__streamsql_bound_1__": "(p.id <= CAST('42' AS bigint))"}
+    bind_bounds(ctx, BOUNDS, "... __streamsql_bound_0__ AND __streamsql_bound_1__")
+    assert ctx.bindings.bind("__streamsql_bound_0__ AND __streamsql_bound_1__") == (
+        "(p.id >= CAST('42' AS bigint)) AND (p.id <= CAST('42' AS bigint))")
     assert [s.split(" ", 2)[:2] for s in ctx.session.statements] == [["DESCRIBE", "QUERY"],
                                                                      ["SELECT", "CAST(v0"]]
 
 
 def test_a_first_step_and_unused_bounds_cost_no_query():
-    ctx, views = context(first_step=True), {}
-    bind_bounds(ctx, BOUNDS, "uses __streamsql_bound_1__ only", views)
-    assert views == {"__streamsql_bound_1__": "true"}
-    bind_bounds(context(), BOUNDS, "uses no bound", views)
-    assert ctx.session.statements == []
+    ctx = context(first_step=True)
+    bind_bounds(ctx, BOUNDS, "uses __streamsql_bound_1__ only")
+    assert ctx.bindings.bind("__streamsql_bound_1__") == "true"
+    assert "__streamsql_bound_0__" not in ctx.bindings
+    later = context()
+    bind_bounds(later, BOUNDS, "uses no bound")
+    assert ctx.session.statements == later.session.statements == []
 
 
 def test_key_ranges_cover_the_changes_keys_and_nulls_of_orderable_columns_only():
     ctx = context()
     ctx.session.answers.bound = "7"
-    ranges = key_ranges(ctx, [Column("k", "bigint"), Column("tags", "array<string>")], "gd", "g")
+    ranges, found = key_ranges(ctx, [Column("k", "bigint"), Column("tags", "array<string>")],
+                               "gd", "g", {"inserts": "SUM(1)"})
     assert ranges == ["(((g.`k` >= CAST('7' AS bigint)) AND (g.`k` <= CAST('7' AS bigint))) "
                       "OR g.`k` IS NULL)"]
-    assert key_ranges(context(first_step=True), [Column("k", "bigint")], "gd", "g") == []
+    assert found == {"inserts": 3}
+    assert ctx.session.statements == [  # one query for the ranges and what else was asked
+        "SELECT CAST(MIN(g.`k`) AS STRING) AS lo0, CAST(MAX(g.`k`) AS STRING) AS hi0, "
+        "SUM(1) AS inserts FROM gd AS g"]
+    first = context(first_step=True)
+    assert key_ranges(first, [Column("k", "bigint")], "gd", "g") == ([], {})
+    assert first.session.statements == []

@@ -46,6 +46,8 @@ def test_first_step_waterline_is_max_minus_lateness():
     statement = late.waterline_query("c", rules, {}, {})
     sqlglot.parse_one(statement, read="spark")
     assert "greatest" not in statement
+    assert statement.startswith("SELECT COALESCE(SUM(abs(_streamsql_weight)) FILTER (WHERE "
+                                "_streamsql_reason IS NOT NULL), 0) AS late, ")
     later = late.waterline_query("c", rules, {"ts": "2020-01-01 00:00:00"},
                                  {"ts": "2020-01-01 01:00:00"})
     assert "greatest(CAST('2020-01-01 00:00:00' AS timestamp)" in later

@@ -74,14 +74,58 @@ def test_insert_copies_repeats_rows_by_weight():
     assert "explode(sequence(1, _streamsql_weight))" in statement
 
 
-def test_merge_state_deletes_emptied_groups():
-    group = [Column("_streamsql_g0", "string")]
-    state = group + [Column("_streamsql_count", "bigint"), Column("_streamsql_a1", "bigint")]
-    statement = sql.merge_state("st_table", "new_groups", group, state)
+GROUP = [Column("_streamsql_g0", "bigint")]
+STATE = GROUP + [Column("_streamsql_count", "bigint"), Column("_streamsql_a1", "bigint")]
+
+
+def test_the_state_of_a_group_is_the_latest_row_a_step_wrote_for_it():
+    statement = sql.latest_state("SELECT * FROM st VERSION AS OF 3", GROUP, STATE)
     parses(statement)
-    assert "WHEN MATCHED AND n._streamsql_count <= 0 THEN DELETE" in statement
-    assert "UPDATE SET `_streamsql_count` = n.`_streamsql_count`" in statement
-    assert "WHEN NOT MATCHED AND n._streamsql_count > 0 THEN INSERT" in statement
+    assert statement == (
+        "SELECT `_streamsql_g0`, _streamsql_latest.`_streamsql_count` AS `_streamsql_count`, "
+        "_streamsql_latest.`_streamsql_a1` AS `_streamsql_a1` FROM (SELECT `_streamsql_g0`, "
+        "max_by(struct(`_streamsql_count`, `_streamsql_a1`), _streamsql_step) AS "
+        "_streamsql_latest FROM (SELECT * FROM st VERSION AS OF 3) GROUP BY `_streamsql_g0`) "
+        "WHERE _streamsql_latest._streamsql_count > 0")  # a gone group hides its older rows
+
+
+def test_a_global_aggregates_state_is_one_row_or_none():
+    statement = sql.latest_state("SELECT * FROM st", [], STATE[1:])
+    parses(statement)
+    assert "GROUP BY" not in statement
+
+
+def test_appending_state_keeps_gone_groups_as_markers_except_on_a_first_write():
+    appended = sql.insert_state("st", "new_groups", STATE, step=7, order=())
+    parses(appended)
+    assert appended == ("INSERT INTO st (`_streamsql_g0`, `_streamsql_count`, `_streamsql_a1`, "
+                        "_streamsql_step) SELECT `_streamsql_g0`, `_streamsql_count`, "
+                        "`_streamsql_a1`, CAST(7 AS BIGINT) FROM new_groups")
+    first = sql.insert_state("st", "new_groups", STATE, step=1, order=GROUP, everything=False)
+    assert first.endswith("FROM new_groups WHERE _streamsql_count > 0 ORDER BY `_streamsql_g0`")
+
+
+def test_compacting_state_rewrites_the_live_groups_with_this_steps_changes():
+    statement = sql.rewrite_state("st", 12, "new_groups", GROUP, STATE, step=13, order=GROUP)
+    parses(statement)
+    assert statement.startswith("INSERT OVERWRITE st (")
+    assert "FROM st VERSION AS OF 12 UNION ALL SELECT" in statement
+    assert "CAST(13 AS BIGINT) AS _streamsql_step FROM new_groups" in statement
+    assert statement.endswith("WHERE _streamsql_latest._streamsql_count > 0) "
+                              "ORDER BY `_streamsql_g0`")
+
+
+def test_range_aggregates_and_their_predicates_skip_what_has_no_literal():
+    columns = [Column("k", "bigint"), Column("tags", "array<string>"),
+               Column("w", "struct<start:timestamp,end:timestamp>")]
+    assert sql.range_aggregates(columns, "g") == [
+        "CAST(MIN(g.`k`) AS STRING) AS lo0", "CAST(MAX(g.`k`) AS STRING) AS hi0",
+        "CAST(unix_micros(MIN(g.`w`.start)) AS STRING) AS lo1",
+        "CAST(unix_micros(MAX(g.`w`.start)) AS STRING) AS hi1"]
+    row = {"lo0": "1", "hi0": "9", "lo1": None, "hi1": None}  # no window in the change
+    assert sql.range_predicates(columns, "g", row) == [
+        "(((g.`k` >= CAST('1' AS bigint)) AND (g.`k` <= CAST('9' AS bigint))) OR g.`k` IS NULL)",
+        "((false AND false) OR g.`w`.start IS NULL)"]
 
 
 def test_create_table_turns_on_the_change_feed_and_options():

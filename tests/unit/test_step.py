@@ -35,12 +35,13 @@ CHECKPOINT = re.compile(r"^CHECKPOINT _streamsql_\w+?_[0-9a-f]{8}_(\w+) AS")
 RELEASE = re.compile(r"^RELEASE _streamsql_\w+?_[0-9a-f]{8}_(\w+)$")
 TABLE_STATEMENTS = [
     (re.compile(r"^DESCRIBE HISTORY (\S+)"), "history"),
-    (re.compile(r"^SHOW TBLPROPERTIES (\S+)"), "properties"),
+    (re.compile(r"^DESCRIBE DETAIL (\S+)"), "detail"),
     (re.compile(r"^DESCRIBE TABLE (\S+)"), "columns"),
     (re.compile(r"^SHOW TABLES IN (\S+)"), "exists?"),
     (re.compile(r"^CREATE OR REPLACE TABLE (\S+)"), "create"),
     (re.compile(r"^CREATE TABLE IF NOT EXISTS (\S+)"), "create if missing"),
     (re.compile(r"^INSERT INTO (\S+)"), "insert"),
+    (re.compile(r"^INSERT OVERWRITE (\S+)"), "overwrite"),
     (re.compile(r"^MERGE INTO (\S+)"), "merge"),
     (re.compile(r"^UPDATE (\S+)"), "update"),
     (re.compile(r"^DELETE FROM (\S+)"), "delete"),
@@ -93,75 +94,72 @@ def steps_recorded(session: FakeSqlSession, table: str) -> List[int]:
 
 
 # -- which statements, in which order ------------------------------------------------------
+# The fake answers catalog questions through SQL (SqlDeltaLog), as a Thrift connection does; the
+# embedded session asks the same of Delta's log in the JVM, without statements.
+
+INPUT_AND_MODEL = ["history demo.src", "detail demo.src", "columns demo.src", "exists? demo"]
+COMMIT = ["set userMetadata", "reset userMetadata",  # no side tables to write
+          "set userMetadata", "set txnAppId", "set txnVersion"]
+COMMITTED = ["reset userMetadata", "reset txnAppId", "reset txnVersion",
+             "history demo.m"]  # the commit is this run's (and counts its rows)
 
 
 def test_a_linear_first_step_creates_the_model_and_appends_the_whole_input():
     session = new_session()
     result = run_step(session, model("m"), LINEAR)
     assert (result.step, result.plan, result.inserted) == (1, "linear", 3)
-    assert roles(session) == [
-        "history demo.src", "properties demo.src", "columns demo.src",  # 1. inputs
-        "describe query",  # the model's columns
-        "exists? demo",  # 2. bookkeeping: a first run creates the model, its creation
-        "set userMetadata", "create demo.m", "reset userMetadata",  # carrying step 0's record
-        "view new_0", "view old_0", "view delta_0", "query",  # 3. the change: a snapshot
-        "history demo.m", "view target", "view change",
-        "query",  # 5. commit: the change's counts
-        "set userMetadata", "reset userMetadata",  # no side tables to write
-        "set userMetadata", "set txnAppId", "set txnVersion",
-        "insert demo.m",  # the model's one idempotent commit
-        "reset userMetadata", "reset txnAppId", "reset txnVersion",
-        "history demo.m",  # the commit is this run's
-    ]
+    assert roles(session) == INPUT_AND_MODEL + [
+        "describe query",  # 2. the model's columns, for the plan
+        "set userMetadata", "create demo.m", "reset userMetadata",  # step 0's record
+        "query",  # 3. the input's rows, counted: a first step's change is the whole input
+    ] + COMMIT + ["insert demo.m"] + COMMITTED
+    insert = next(s for s in session.statements if s.startswith("INSERT INTO `demo`.`m`"))
+    assert "FROM `demo`.`src` VERSION AS OF 0" in insert  # read by the INSERT itself
 
 
-def test_a_later_linear_step_over_inserts_appends_the_change_feed_without_netting():
+def test_a_later_linear_step_over_appends_is_one_insert_of_the_change_feed():
     session = new_session()
     run_step(session, model("m"), LINEAR)
-    session.append_to("demo.src")
+    session.append_to("demo.src", rows=5)
+    session.answers.inserts = 4
     start = len(session.statements)
     result = run_step(session, model("m"), LINEAR)
-    assert (result.step, result.inserted, result.deleted) == (2, 3, 0)
-    assert roles(session, start) == [
-        "history demo.src", "properties demo.src", "columns demo.src", "describe query",
-        "exists? demo", "history demo.m",  # the model's last step record
-        "view new_0", "view old_0", "materialize delta_0", "query",  # the change feed, counted
-        "view target", "view change", "materialize net",  # no netting: SELECT * of the change
-        "query", "set userMetadata", "reset userMetadata",
-        "set userMetadata", "set txnAppId", "set txnVersion", "insert demo.m",
-        "reset userMetadata", "reset txnAppId", "reset txnVersion", "history demo.m",
-        "release net", "release delta_0",
-    ]
-    net = next(s for s in session.statements[start:] if CHECKPOINT.match(s)
-               and CHECKPOINT.match(s).group(1) == "net")
-    assert "GROUP BY" not in net
+    assert (result.step, result.changes_read, result.inserted, result.deleted) == (2, 5, 4, 0)
+    assert roles(session, start) == INPUT_AND_MODEL + [
+        "history demo.m",  # the model's last step record
+        "describe query",
+        "history demo.src", "history demo.src",  # the input's commits since: appends of 5 rows
+    ] + COMMIT + ["insert demo.m"] + COMMITTED
+    insert = next(s for s in session.statements[start:] if s.startswith("INSERT"))
+    assert "FROM table_changes('demo.src', 1, 1)" in insert and "GROUP BY" not in insert
+    assert "raise_error(" in insert  # a row that is not an insert fails the step
     assert steps_recorded(session, "demo.m") == [0, 1, 2]
 
 
 def test_a_linear_step_with_deletions_nets_the_change_and_merges_it():
     session = new_session()
     run_step(session, model("m"), LINEAR)
-    session.append_to("demo.src")
-    session.answers.removals, session.answers.deletes = 1, 1
+    session.delete_from("demo.src", rows=2)
+    session.answers.inserts, session.answers.deletes = 0, 2
     start = len(session.statements)
     result = run_step(session, model("m"), LINEAR)
-    assert result.deleted == 1
+    assert (result.changes_read, result.deleted) == (2, 2)
     steps = roles(session, start)
+    assert steps[-len(COMMITTED) - 1:] == ["merge demo.m"] + COMMITTED[:-1] + ["history demo.m"] \
+        or steps[-2:] == ["history demo.m", "release net"]
     assert "merge demo.m" in steps and "insert demo.m" not in steps
     netted = [s for s in session.statements[start:]
               if s.startswith("CHECKPOINT") and "_net AS" in s]
     assert len(netted) == 1 and "HAVING SUM(_streamsql_weight) <> 0" in netted[0]
 
 
-def test_a_run_whose_inputs_did_not_change_is_not_a_step():
+def test_a_run_whose_inputs_did_not_change_is_not_a_step_and_plans_nothing():
     session = new_session()
     run_step(session, model("m"), LINEAR)
     start = len(session.statements)
     result = run_step(session, model("m"), LINEAR)
-    assert result.skipped and result.step == 1
-    assert roles(session, start) == ["history demo.src", "properties demo.src",
-                                     "columns demo.src", "describe query", "exists? demo",
-                                     "history demo.m"]
+    assert result.skipped and result.step == 1 and result.plan == "linear"
+    assert roles(session, start) == INPUT_AND_MODEL + ["history demo.m"]
     assert steps_recorded(session, "demo.m") == [0, 1]
 
 
@@ -175,14 +173,50 @@ def test_an_aggregate_step_writes_its_state_before_the_model():
     assert result.plan == "aggregate"
     steps = roles(session, start)
     state, target = "demo.agg__streamsql_state", "demo.agg"
-    assert f"history {state}" in steps[:8]  # bookkeeping: is the state as the record says?
+    check = next(i for i, s in enumerate(session.statements[start:])
+                 if s.startswith("SELECT COUNT(*) AS n FROM") and " WHERE " in s)
     order = [steps.index(r) for r in (
-        "materialize group_delta", "view state", "materialize groups_new", "view groups_old",
-        "view change", "materialize net", f"merge {state}", f"merge {target}")]
+        f"history {state}",  # bookkeeping: is the state as the record says?
+        "materialize group_delta")] + [check] + [steps.index(r) for r in (  # MIN/MAX: may a
+        "materialize groups_new", "materialize net",  # deleted value have been one?
+        f"insert {state}", f"merge {target}")]
     assert order == sorted(order)
+    # the change feed is read once, by the group delta: inline, not materialized
+    assert "materialize delta_0" not in steps
     # the state's new version travels in the model's commit
     record = StepRecord.from_json(session.commits(target)[-1]["userMetadata"])
     assert record.state_version == session.tables[state].version
+
+
+def test_state_tables_are_logs_appended_each_step_and_compacted_when_they_outgrow_the_groups():
+    session = new_session()
+    state = "demo.agg__streamsql_state"
+    writes = []
+    for _ in range(4):
+        start = len(session.statements)
+        run_step(session, model("agg"), AGGREGATE)
+        writes += [r for r in roles(session, start) if r.endswith(state)
+                   and r.split()[0] in ("insert", "overwrite", "merge")]
+        session.append_to("demo.src")
+    # 3 live groups: appended rows outnumber them after two appends, and the third compacts
+    assert writes == [f"insert {state}", f"insert {state}", f"insert {state}",
+                      f"overwrite {state}"]
+    record = StepRecord.from_json(session.commits("demo.agg")[-1]["userMetadata"])
+    assert record.state_log == {"state": [3, 0, 0]} and record.state_layout == "log"
+    compaction = [s for s in session.statements if s.startswith("INSERT OVERWRITE")][0]
+    assert "max_by(struct(" in compaction and " ORDER BY " in compaction
+
+
+def test_a_state_table_of_an_older_layout_asks_for_a_full_refresh():
+    session = new_session()
+    run_step(session, model("agg"), AGGREGATE)
+    history = session.tables["demo.agg"].history
+    older = StepRecord.from_json(history[-1]["userMetadata"])
+    older.state_layout = ""
+    history[-1]["userMetadata"] = older.to_json()
+    session.append_to("demo.src")
+    with pytest.raises(StepError, match="--full-refresh --select agg"):
+        run_step(session, model("agg"), AGGREGATE)
 
 
 def test_a_first_aggregate_step_creates_the_state_and_inserts_it_sorted():
@@ -203,10 +237,11 @@ def test_a_staged_step_maintains_the_stage_first_and_binds_it_as_an_input():
     steps = roles(session, start)
     stage = "demo.st__streamsql_stage0"
     order = [steps.index(r) for r in (
-        "materialize stage0_group_delta", "materialize stage0_net", "view stage0_whole_state",
-        "view stage0_state_after", "view stage0_old", "view stage0_new", "view change",
-        f"merge {stage}", "insert demo.st")]
+        "materialize stage0_group_delta", "materialize stage0_net", f"insert {stage}",
+        "insert demo.st")]  # the stage only inserted: the model's change is appended
     assert order == sorted(order)
+    insert = next(s for s in session.statements[start:] if s.startswith("INSERT INTO `demo`.`st`"))
+    assert "_streamsql_demo_st_" in insert and "_stage0_net" in insert
     record = StepRecord.from_json(session.commits("demo.st")[-1]["userMetadata"])
     assert record.stage_versions == {"stage0": session.tables[stage].version}
 
@@ -226,13 +261,13 @@ def test_a_lateness_step_quarantines_and_logs_the_waterline_before_the_model():
     order = [steps.index(r) for r in (
         "describe query", "create if missing demo.lw__late",
         "create if missing demo.lw__waterline", "materialize group_delta",
-        "materialize classified", "view on_time", "merge demo.lw__streamsql_state",
+        "materialize classified", "insert demo.lw__streamsql_state",
         "insert demo.lw__late", "insert demo.lw__waterline", "merge demo.lw")]
     assert order == sorted(order)
     # the state read skips final windows, except the one a late change touches
-    state_view = next(s for s in session.statements[start:] if VIEW.match(s)
-                      and VIEW.match(s).group(1) == "state")
-    assert "IN (CAST('2024-01-01 08:00:00' AS timestamp))" in state_view
+    groups_new = next(s for s in session.statements[start:] if CHECKPOINT.match(s)
+                      and CHECKPOINT.match(s).group(1) == "groups_new")
+    assert "IN (CAST('2024-01-01 08:00:00' AS timestamp))" in groups_new
 
 
 def test_watermark_holds_then_flush_releases_everything():

@@ -87,7 +87,10 @@ class SessionSettings:
             "spark.hadoop.javax.jdo.option.ConnectionURL": (
                 f"jdbc:derby:;databaseName={metastore};create=true"
             ),
-            "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse}",
+            # The JVM in UTC like the SQL session: on a JVM in another time zone Delta rebuilds
+            # a small table's list of files after each commit instead of updating it.
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse} "
+                                             "-Duser.timezone=UTC",
             # Tables created without a USING clause are Delta tables, with the change feed on.
             "spark.sql.sources.default": "delta",
             "spark.sql.legacy.createHiveTableByDefault": "false",
@@ -98,8 +101,9 @@ class SessionSettings:
             "spark.sql.shuffle.partitions": str(self.cores),
             "spark.default.parallelism": str(self.cores),
             "spark.sql.adaptive.enabled": "true",
-            # A MERGE whose source is not a plain Delta read (a step's change always) copies the
-            # source first; in memory, not to disk, since a step's change is small.
+            # A MERGE whose source is not a plain Delta read copies the source first (a step's
+            # own MERGEs skip that copy: their source is materialized already). Kept in memory,
+            # spilling to disk only when memory runs out, where Delta's default is disk only.
             "spark.databricks.delta.merge.materializeSource.rddStorageLevel": "MEMORY_AND_DISK",
             # Delta rebuilds a table's state with this many tasks (default 50): costly on 2 cores.
             "spark.databricks.delta.snapshotPartitions": "2",

@@ -16,6 +16,7 @@ from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution import watermark as wm
 from dbt.adapters.streamsql.execution.context import StepContext, StepError
+from dbt.adapters.streamsql.execution.delta_log import Commit
 from dbt.adapters.streamsql.execution.inputs import InputState, describe_query, describe_views
 from dbt.adapters.streamsql.execution.progress import CREATING_OPERATIONS, StepRecord, last_record
 from dbt.adapters.streamsql.planning.plan import AggregatePlan, Column, StepPlan
@@ -27,37 +28,51 @@ USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 HISTORY_PAGE = 50  # commits of the model's history read to find its last step record
+STATE_LAYOUT = "log"  # how state tables keep their rows (progress.StepRecord.state_layout)
+
+
+def last_step(ctx: StepContext) -> Optional[StepRecord]:
+    """The model's last step record; None on a first or full-refresh run.
+
+    Raises:
+        StepError: the model's table exists but was not built by incremental_view.
+    """
+    model = ctx.model
+    ctx.target_version = None
+    if model.full_refresh or not target_exists(ctx):
+        return None
+    previous = read_last_record(ctx)
+    if previous is None:
+        raise StepError(
+            f"Model {model.name}: the table {model.target_name} exists but was not built "
+            "by incremental_view (no step record in its Delta history). Run `dbt run "
+            f"--full-refresh --select {model.name}` to rebuild it as an incremental view."
+        )
+    return previous
 
 
 def prepare_target(ctx: StepContext, plan: StepPlan, inputs: Sequence[InputState],
                    output_columns: Sequence[Column], fingerprint: str,
-                   rules: "EventTimeRules") -> StepRecord:
-    """The last completed step; (re)creates the model's tables on a first or full-refresh run."""
+                   rules: "EventTimeRules", last: Optional[StepRecord]) -> StepRecord:
+    """The record the step continues from; (re)creates the model's tables when `last` is None
+    (a first or full-refresh run, see `last_step`)."""
     model = ctx.model
-    ctx.target_version = None
-    if target_exists(ctx) and not model.full_refresh:
-        previous = read_last_record(ctx)
-        if previous is None:
+    if last is not None:
+        if last.sql_fingerprint != fingerprint:
             raise StepError(
-                f"Model {model.name}: the table {model.target_name} exists but was not built "
-                "by incremental_view (no step record in its Delta history). Run `dbt run "
-                f"--full-refresh --select {model.name}` to rebuild it as an incremental view."
-            )
-        if previous.sql_fingerprint != fingerprint:
-            raise StepError(
-                f"Model {model.name}: its SQL changed since step {previous.step}, so its "
+                f"Model {model.name}: its SQL changed since step {last.step}, so its "
                 "table no longer matches its query. Run `dbt run --full-refresh --select "
                 f"{model.name}` to rebuild it from its inputs."
             )
-        require_state_tables(ctx, plan, previous)
+        require_state_tables(ctx, plan, last)
         # LATENESS or WATERMARK may have been added to the config since the last step.
         create_event_time_tables(ctx, output_columns, rules, replace=False)
-        undo_interrupted_state(ctx, plan, previous)
-        return previous
+        undo_interrupted_state(ctx, plan, last)
+        return last
     # Step 0: empty tables; the first step then reads every input in full.
     create_event_time_tables(ctx, output_columns, rules, replace=True)
     record = StepRecord(step=0, run_id=ctx.run_id, sql_fingerprint=fingerprint,
-                        incarnation=ctx.run_id)
+                        incarnation=ctx.run_id, state_layout=STATE_LAYOUT)
     views = describe_views(inputs, plan.stages)
     for stage in plan.stages:
         record.stage_versions[stage.name] = create_state_table(
@@ -75,21 +90,31 @@ def read_last_record(ctx: StepContext) -> Optional[StepRecord]:
 
     Also notes the model table's current version in `ctx.target_version`.
     """
-    target = ctx.model.target
-    history = ctx.session.query(f"DESCRIBE HISTORY {target} LIMIT {HISTORY_PAGE}")
-    if history:
-        ctx.target_version = int(history[0]["version"])
-    previous = last_record(history)
-    if previous is None and len(history) >= HISTORY_PAGE:  # many commits by others since
-        previous = last_record(ctx.session.query(f"DESCRIBE HISTORY {target}"))
-    return previous
+    record, commits = newest_record(ctx, ctx.model.target_name)
+    ctx.target_version = commits[0].version if commits else None
+    return record
+
+
+def newest_record(ctx: StepContext, table: str) -> Tuple[Optional[StepRecord], List[Commit]]:
+    """The newest step record in a table's history, and the commits read, newest first.
+
+    Usually the newest commit holds it; after commits by others (OPTIMIZE, a user's ALTER)
+    older ones are read, a page at a time.
+    """
+    commits: List[Commit] = []
+    for limit in (1, HISTORY_PAGE, None):
+        if limit is None:
+            limit = commits[0].version + 1 if commits else 1
+        commits = ctx.delta_log.recent_commits(table, limit)
+        record = last_record(commit.as_history_row() for commit in commits)
+        if record is not None or len(commits) < limit:
+            return record, commits
+    return None, commits
 
 
 def target_exists(ctx: StepContext) -> bool:
     """Asked of the catalog: a failing DESCRIBE would log a stack trace on the console."""
-    model = ctx.model
-    rows = ctx.session.query(f"SHOW TABLES IN {sql.quote(model.schema)} LIKE '{model.identifier}'")
-    return any(str(row.get("tableName", "")).lower() == model.identifier.lower() for row in rows)
+    return ctx.delta_log.exists(ctx.model.target_name)
 
 
 def create_event_time_tables(ctx: StepContext, output_columns: Sequence[Column],
@@ -121,8 +146,9 @@ def create_state_table(ctx: StepContext, table: str, aggregate: AggregatePlan,
         described = {c.name: c.data_type for c in describe_query(ctx.session, sql.bind_placeholders(
             aggregate.delta_sql, {**describe_views, **unbounded}))}
         declared = [Column(c.name, c.data_type or described[c.name]) for c in declared]
-    # Internal: nobody reads its change feed, so its MERGEs need not write one.
-    ctx.session.run(sql.create_table(table, declared, {"delta.enableChangeDataFeed": "false"}))
+    # Internal: nobody reads its change feed, so its writes need not write one.
+    ctx.session.run(sql.create_table(table, declared + [Column(sql.STEP, "bigint")],
+                                     {"delta.enableChangeDataFeed": "false"}))
     return ctx.latest_version(table)
 
 
@@ -138,7 +164,14 @@ def state_tables(ctx: StepContext, plan: StepPlan,
 
 def require_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord) -> None:
     """A table built when the model was planned another way lacks this plan's state tables."""
-    if any(version is None for _, version in state_tables(ctx, plan, previous)):
+    tables = state_tables(ctx, plan, previous)
+    if tables and previous.state_layout != STATE_LAYOUT:
+        raise StepError(
+            f"Model {ctx.model.name} keeps per-group state in tables built by an earlier "
+            f"dbt-streamsql, which kept that state another way. Run `dbt run --full-refresh "
+            f"--select {ctx.model.name}` once to rebuild them."
+        )
+    if any(version is None for _, version in tables):
         raise StepError(
             f"Model {ctx.model.name} is now maintained by a {plan.strategy} plan "
             f"({plan.reason}) that keeps per-group state its table was not built with (it "
@@ -164,11 +197,11 @@ def interrupted(ctx: StepContext, table: str, previous: StepRecord) -> bool:
     last commit tells; one that carries none (the table's creation aside) is treated as such
     an attempt, and undoing it is harmless when it is not.
     """
-    commit = ctx.session.query(f"DESCRIBE HISTORY {table} LIMIT 1")[0]
-    written_by = StepRecord.from_json(commit.get("userMetadata"))
+    commit = ctx.delta_log.recent_commits(table, 1)[0]
+    written_by = StepRecord.from_json(commit.user_metadata)
     if written_by is not None:
         return written_by.step > previous.step
-    return str(commit.get("operation", "")).upper() not in CREATING_OPERATIONS
+    return commit.operation.upper() not in CREATING_OPERATIONS
 
 
 def with_record(ctx: StepContext, record: StepRecord, write: Callable[[], Any],

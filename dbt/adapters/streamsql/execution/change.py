@@ -13,15 +13,23 @@ writes: a plan with state returns its state write (`commit.StateWrite`) for comm
 
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from collections import Counter
+from functools import reduce
+from typing import Sequence, Tuple
 
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.bounds import bind_bounds
-from dbt.adapters.streamsql.execution.commit import StateWrite
+from dbt.adapters.streamsql.execution.commit import ModelChange, StateWrite
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.progress import StepRecord
-from dbt.adapters.streamsql.execution.state import changed_groups, group_columns, output_change
+from dbt.adapters.streamsql.execution.state import (
+    changed_groups,
+    group_columns,
+    output_change,
+    state_before,
+)
+from dbt.adapters.streamsql.execution.views import inline
 from dbt.adapters.streamsql.planning.plan import (
     GROUPS,
     TARGET,
@@ -33,7 +41,31 @@ from dbt.adapters.streamsql.planning.plan import (
 )
 
 
-def stage_change(ctx: StepContext, stage: StagePlan, views: Dict[str, str],
+def placeholder_reads(plan: StepPlan) -> Counter:
+    """How many times the SQL a step may run reads each placeholder (an upper bound).
+
+    A plan has two forms of some SQL (for first and later steps); the larger count of the two
+    is taken. Key bounds read their change once more, for its MIN and MAX.
+    """
+    families = []
+    if plan.strategy == "linear":
+        families.append((plan.change_sql or "", plan.later_change_sql or ""))
+    aggregates = [stage.aggregate for stage in plan.stages]
+    if plan.aggregate is not None:
+        aggregates.append(plan.aggregate)
+    for aggregate in aggregates:
+        families.append((aggregate.delta_sql, aggregate.later_delta_sql or ""))
+        families.append((aggregate.combine_sql,))
+    reads: Counter = Counter()
+    for forms in families:
+        counts = [Counter(sql.placeholder_occurrences(text)) for text in forms]
+        reads += reduce(lambda a, b: a | b, counts, Counter())
+    for bound in list(plan.bounds) + [b for a in aggregates for b in a.bounds]:
+        reads += Counter(sql.placeholder_occurrences(bound.value))
+    return reads
+
+
+def stage_change(ctx: StepContext, stage: StagePlan,
                  previous: StepRecord) -> Tuple[int, StateWrite]:
     """Bind a stage's placeholders (its result before and after the step, and the change).
 
@@ -41,10 +73,13 @@ def stage_change(ctx: StepContext, stage: StagePlan, views: Dict[str, str],
     """
     aggregate, label, position = stage.aggregate, f"{stage.name}_", stage.position
     table = ctx.model.stage_table(stage.name)
-    state = sql.input_as_of(table, previous.stage_versions[stage.name])
-    groups = changed_groups(ctx, label, aggregate, views, state)
+    state = state_before(table, previous.stage_versions[stage.name], aggregate)
+    groups = changed_groups(ctx, label, aggregate, state)
     net = output_change(ctx, label, aggregate, groups, stage.columns)
     # The stage's whole result, before and after the step: what reads it may need any group.
+    # Temporary views, not inline: Spark's optimizer fails on some queries that read the union
+    # of `state_after` written inline (an internal "key not found" when it rewrites the union's
+    # constraints), and planning a view once costs less than planning it in every statement.
     whole_state = ctx.views.view(f"{label}whole_state", state)
     state_after = ctx.views.view(f"{label}state_after", sql.state_after(
         whole_state, groups.new, group_columns(aggregate)))
@@ -52,64 +87,54 @@ def stage_change(ctx: StepContext, stage: StagePlan, views: Dict[str, str],
     for version, placeholder, state_view in (("old", old_input(position), whole_state),
                                              ("new", new_input(position), state_after)):
         output = sql.bind_placeholders(aggregate.output_sql, {GROUPS: state_view})
-        views[placeholder] = ctx.views.view(f"{label}{version}",
-                                            f"SELECT {columns} FROM ({output})")
-    views[delta_input(position)] = net
+        ctx.bindings.set(placeholder, ctx.views.view(f"{label}{version}",
+                                                     f"SELECT {columns} FROM ({output})"))
+    ctx.bindings.set(delta_input(position), net)
     removals = int(ctx.session.query(sql.count_changes(net))[0]["removals"])
     return removals, StateWrite(table, aggregate, groups, fresh=previous.step == 0,
                                 stage=stage.name)
 
 
-def linear_change(ctx: StepContext, plan: StepPlan, views: Dict[str, str]) -> str:
+def linear_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
     """The change of a linear query: its delta rules over the input (and stage) changes.
 
     A monotonic query over inserts only changes by inserts: every row of its change has weight
-    +1 and it is appended without netting (on a first step, without even materializing it:
-    it is evaluated twice, counted and inserted, which costs less than copying a whole
-    snapshot's result). Otherwise the change is consolidated.
+    +1, and it is appended as it is, read once, by the model's INSERT. Otherwise the change is
+    netted (and materialized: the commit counts it, then writes it).
     """
-    bind_target(ctx, views)
     change_sql, monotonic = plan.change_sql or "", plan.monotonic
     # The form that reads no input's older version has negative terms even for inserts:
     # used where the change is netted anyway (something was removed), so that inserts keep
     # their append without netting.
     if not (ctx.first_step or (monotonic and ctx.inserts_only)) and plan.later_change_sql:
         change_sql, monotonic = plan.later_change_sql, plan.later_monotonic
-    bind_bounds(ctx, plan.bounds, change_sql, views)
-    # Used once, by `net`: a plain view, so Spark plans both as one query.
-    change = ctx.views.view("change", sql.bind_placeholders(change_sql, views))
-    if monotonic and ctx.inserts_only and ctx.first_step:
-        return change
+    bind_bounds(ctx, plan.bounds, change_sql)
+    change = inline(ctx.bindings.bind(change_sql))
     if monotonic and ctx.inserts_only:
-        return ctx.views.materialize("net", f"SELECT * FROM {change}")
-    return ctx.views.materialize("net", sql.consolidate(change, plan.output_columns))
+        return ModelChange(change, appends=True)
+    return ModelChange(ctx.views.materialize("net", sql.consolidate(change, plan.output_columns)))
 
 
-def recompute_change(ctx: StepContext, plan: StepPlan, views: Dict[str, str]) -> str:
+def recompute_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
     """The query over the new inputs (+1) and the model's table before the step (-1), netted."""
-    bind_target(ctx, views)
-    change = ctx.views.view("change", sql.bind_placeholders(plan.change_sql or "", views))
-    return ctx.views.materialize("net", sql.consolidate(change, plan.output_columns))
-
-
-def bind_target(ctx: StepContext, views: Dict[str, str]) -> None:
-    """`__streamsql_target__`: the model's table as of the step's start."""
     version = ctx.target_version
     if version is None:
-        version = ctx.latest_version(ctx.model.target)
-    views[TARGET] = ctx.views.view("target", sql.input_as_of(ctx.model.target, version))
+        version = ctx.latest_version(ctx.model.target_name)
+    ctx.bindings.define(TARGET, "target", sql.input_as_of(ctx.model.target, version))
+    change = inline(ctx.bindings.bind(plan.change_sql or ""))
+    return ModelChange(ctx.views.materialize("net", sql.consolidate(change, plan.output_columns)))
 
 
-def aggregate_change(ctx: StepContext, plan: StepPlan, views: Dict[str, str],
-                     previous: StepRecord,
-                     lateness: Sequence[late.LatenessRule]) -> Tuple[str, StateWrite]:
+def aggregate_change(ctx: StepContext, plan: StepPlan, previous: StepRecord,
+                     lateness: Sequence[late.LatenessRule]) -> Tuple[ModelChange, StateWrite]:
     """The top aggregate's change to the model, and the write of its state."""
     aggregate = plan.aggregate
     assert aggregate is not None and previous.state_version is not None
-    state = sql.input_as_of(ctx.model.state_table, previous.state_version)
-    groups = changed_groups(ctx, "", aggregate, views, state, lateness, previous.waterline)
+    state = state_before(ctx.model.state_table, previous.state_version, aggregate)
+    groups = changed_groups(ctx, "", aggregate, state, lateness, previous.waterline)
     # The table starts empty, even where the query's old output is not (a global aggregate
     # has one row over no input): on the first step there is nothing to delete.
     net = output_change(ctx, "", aggregate, groups, plan.output_columns,
                         nothing_before=previous.step == 0)
-    return net, StateWrite(ctx.model.state_table, aggregate, groups, fresh=previous.step == 0)
+    return (ModelChange(net),
+            StateWrite(ctx.model.state_table, aggregate, groups, fresh=previous.step == 0))

@@ -29,10 +29,15 @@ from typing import List, Optional, Sequence, Tuple
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution import watermark as wm
-from dbt.adapters.streamsql.execution.bookkeeping import interrupted, with_record, with_settings
+from dbt.adapters.streamsql.execution.bookkeeping import (
+    interrupted,
+    newest_record,
+    with_record,
+    with_settings,
+)
 from dbt.adapters.streamsql.execution.bounds import key_ranges
 from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
-from dbt.adapters.streamsql.execution.progress import StepRecord, last_record
+from dbt.adapters.streamsql.execution.progress import StepRecord
 from dbt.adapters.streamsql.execution.state import ChangedGroups, group_columns
 from dbt.adapters.streamsql.planning.plan import AggregatePlan, Column, StepPlan
 
@@ -40,6 +45,23 @@ MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
 # Rows per file of a first step's sorted bulk write: small enough files that a later step's key
 # ranges skip most of them.
 BULK_FILE_ROWS = 250_000
+# A state table's log is compacted after this many steps at the latest (write_state).
+COMPACT_AFTER_STEPS = 100
+# Whether Delta copies a MERGE's source before it reads it twice: needless for a source that is
+# materialized already, and which reads nothing that changes.
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
+
+
+@dataclass(frozen=True)
+class ModelChange:
+    """The model's change: weighted rows (plan.py) in `relation`, a view or an inline SELECT.
+
+    `appends`: every row has weight +1 and the rows are not netted (the change of a monotonic
+    query over inserts only): it is appended as it is, and counted by its commit.
+    """
+
+    relation: str
+    appends: bool = False
 
 
 @dataclass
@@ -96,19 +118,24 @@ def merge_key(plan: StepPlan,
     return plan.aggregate.key_columns
 
 
-def commit_step(ctx: StepContext, net: str, columns: Sequence[Column], writes: StepWrites,
-                previous: StepRecord, record: StepRecord, result: StepResult,
+def commit_step(ctx: StepContext, change: ModelChange, columns: Sequence[Column],
+                writes: StepWrites, previous: StepRecord, record: StepRecord, result: StepResult,
                 lateness: Sequence[late.LatenessRule],
                 key: Optional[Sequence[str]] = None) -> None:
     """Count and check the change, then write everything in order (see the module docstring).
 
-    `net`: the consolidated change to apply to the model. `key`: columns the model holds at most
-    one row per (`merge_key`).
+    `change`: the change to apply to the model, netted unless it only appends (then its rows
+    are counted by its commit). `key`: columns the model holds at most one row per
+    (`merge_key`).
     """
-    counts = ctx.session.query(sql.change_counts(net))[0]
-    result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
-    if int(counts["widest"]) > 1:  # several copies of one row: not one row per key
-        key = None
+    ranges: List[str] = []
+    if not change.appends:
+        # One query: the change's counts and, for a MERGE by key, its range of keys.
+        ranges, counts = key_ranges(ctx, key_columns(columns, key), change.relation, "t",
+                                    sql.change_count_aggregates())
+        result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
+        if int(counts["widest"]) > 1:  # several copies of one row: not one row per key
+            key = None
     if ctx.model.append_only and result.deleted:
         raise StepError(
             f"Model {ctx.model.name} is configured append_only, but step {record.step} "
@@ -122,7 +149,8 @@ def commit_step(ctx: StepContext, net: str, columns: Sequence[Column], writes: S
                 idempotent=False)
     ctx.checkpoint("before_commit")
     bounds = late.target_bounds(lateness, previous.waterline)
-    commit_model(ctx, net, columns, result, record, bounds, key, first=previous.step == 0)
+    commit_model(ctx, change, columns, result, record, bounds, key, ranges,
+                 first=previous.step == 0)
     ctx.checkpoint("after_commit")
     result.waterline = dict(record.waterline)
 
@@ -139,26 +167,41 @@ def write_side_tables(ctx: StepContext, writes: StepWrites, previous: StepRecord
 
 
 def write_state(ctx: StepContext, write: StateWrite, record: StepRecord) -> None:
-    """The changed groups' new state; the table's new version goes into the step record.
+    """The changed groups' new state, appended to the state table (a log, see
+    `statements.latest_state`); the table's new version goes into the step record.
 
-    A `fresh` (empty) table gets its groups sorted by key, time first, into files of at most
-    BULK_FILE_ROWS rows: later steps' key ranges then skip all but a few.
+    An append is one INSERT, where updating the groups in place would be a MERGE (several
+    times dearer on Delta). The log is compacted, in the same one statement as this step's
+    write, when the rows appended since its last compaction outnumber its live groups, or after
+    COMPACT_AFTER_STEPS steps. A first write and a compaction sort the groups by key, time first,
+    into files of at most BULK_FILE_ROWS rows: later steps' key ranges then skip all but a few.
     """
     ctx.checkpoint("before_state")
-    keys = group_columns(write.aggregate)
+    aggregate, state = write.aggregate, write.table
+    keys, order = group_columns(aggregate), sql.time_first(group_columns(aggregate))
+    name = write.stage or "state"
+    live, appended, steps = record.state_log.get(name, [0, 0, 0])
+    before = record.state_version if write.stage is None else record.stage_versions[write.stage]
+    compact = write.fresh or appended > live or steps >= COMPACT_AFTER_STEPS
     if write.fresh:
-        with_settings(ctx, [(MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS))],
-                      lambda: ctx.session.run(sql.insert_state(
-                          write.table, write.groups.new, write.aggregate.state_columns,
-                          sql.time_first(keys))))
+        statement = sql.insert_state(state, write.groups.new, aggregate.state_columns,
+                                     record.step, order, everything=False)
+    elif compact:
+        assert before is not None
+        statement = sql.rewrite_state(state, before, write.groups.new, keys,
+                                      aggregate.state_columns, record.step, order)
     else:
-        ctx.session.run(sql.merge_state(write.table, write.groups.new, keys,
-                                        write.aggregate.state_columns, write.groups.bounds))
-    version = ctx.latest_version(write.table)
+        statement = sql.insert_state(state, write.groups.new, aggregate.state_columns,
+                                     record.step, ())
+    settings = [(MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS))] if compact else []
+    with_settings(ctx, settings, lambda: ctx.session.run(statement))
+    written = ctx.delta_log.recent_commits(state, 1)[0]
+    rows = int(written.metrics.get("numOutputRows", 0))
+    record.state_log[name] = [rows, 0, 0] if compact else [live, appended + rows, steps + 1]
     if write.stage is None:
-        record.state_version = version
+        record.state_version = written.version
     else:
-        record.stage_versions[write.stage] = version
+        record.stage_versions[write.stage] = written.version
     ctx.checkpoint("after_state")
 
 
@@ -185,28 +228,44 @@ def write_quarantine(ctx: StepContext, write: QuarantineWrite, previous: StepRec
                                           record.waterline, record.max_seen))
 
 
-def commit_model(ctx: StepContext, net: str, columns: Sequence[Column], result: StepResult,
-                 record: StepRecord, target_bounds: Sequence[str] = (),
-                 key: Optional[Sequence[str]] = None, first: bool = False) -> None:
+def key_columns(columns: Sequence[Column], key: Optional[Sequence[str]]) -> List[Column]:
+    if key is None:
+        return []
+    wanted = {name.lower() for name in key}
+    return [c for c in columns if c.name.lower() in wanted]
+
+
+def commit_model(ctx: StepContext, change: ModelChange, columns: Sequence[Column],
+                 result: StepResult, record: StepRecord, target_bounds: Sequence[str] = (),
+                 key: Optional[Sequence[str]] = None, key_ranges: Sequence[str] = (),
+                 first: bool = False) -> None:
     """The model's change and the step record, in one idempotent Delta commit.
 
-    A blind INSERT when nothing is deleted; a MERGE by key for a model that holds one row per
-    key; otherwise a MERGE that matches whole rows (`statements.merge_change`); a metadata-only
-    commit when nothing changes. Then checks that the commit is this run's.
+    A blind INSERT when nothing is deleted (the change as it is when it only appends: its
+    commit counts it); a MERGE by key for a model that holds one row per key; otherwise a MERGE
+    that matches whole rows (`statements.merge_change`); a metadata-only commit when nothing
+    changes. Then checks that the commit is this run's. `key_ranges`: predicates over the model
+    (alias `t`) that every key of the change meets, for a MERGE by key.
+
+    The change a MERGE reads is materialized already: Delta need not copy it again first
+    (`MATERIALIZE_SOURCE`).
     """
-    target = ctx.model.target
-    key_columns = [c for c in columns if key is not None
-                   and c.name.lower() in {name.lower() for name in key}]
+    target, net = ctx.model.target, change.relation
+    keys = key_columns(columns, key)
     settings: List[Tuple[str, str]] = []
-    if result.deleted and key is not None:
-        bounds = list(target_bounds) + key_ranges(ctx, key_columns, net, "t")
-        statement = sql.merge_by_key(target, net, columns, key, bounds)
+    if change.appends:
+        statement = sql.append_change(target, net, columns)
+    elif result.deleted and key is not None:
+        statement = sql.merge_by_key(target, net, columns, key,
+                                     list(target_bounds) + list(key_ranges))
+        settings.append((MATERIALIZE_SOURCE, "none"))
     elif result.deleted:
         statement = sql.merge_change(target, net, columns, target_bounds)
-    elif result.inserted and first and key_columns:
+        settings.append((MATERIALIZE_SOURCE, "none"))
+    elif result.inserted and first and keys:
         # An aggregate's first rows, sorted by key like its state: later MERGEs by key skip
         # the files of keys they do not touch.
-        statement = sql.insert_copies(target, net, columns, sql.time_first(key_columns))
+        statement = sql.insert_copies(target, net, columns, sql.time_first(keys))
         settings.append((MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS)))
     elif result.inserted:
         statement = sql.insert_copies(target, net, columns)
@@ -214,9 +273,13 @@ def commit_model(ctx: StepContext, net: str, columns: Sequence[Column], result: 
         statement = sql.mark_step(target, record.step)
     with_record(ctx, record, lambda: with_settings(
         ctx, settings, lambda: ctx.session.run(statement)), idempotent=True)
-    committed = last_record(ctx.session.query(f"DESCRIBE HISTORY {target} LIMIT 20"))
+    committed, commits = newest_record(ctx, ctx.model.target_name)
     if committed is None or (committed.step, committed.run_id) != (record.step, ctx.run_id):
         raise StepError(
             f"Model {ctx.model.name}: another run completed step {record.step} at the same "
             "time; this run applied nothing. The model is consistent; run again to continue."
         )
+    if change.appends:
+        ours = next(commit for commit in commits
+                    if StepRecord.from_json(commit.user_metadata) == committed)
+        result.inserted = int(ours.metrics.get("numOutputRows", 0))

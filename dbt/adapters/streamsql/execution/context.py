@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from dbt.adapters.streamsql.execution import statements as sql
+from dbt.adapters.streamsql.execution.bindings import Bindings
+from dbt.adapters.streamsql.execution.delta_log import DeltaLogReader
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.views import StepViews
 
@@ -128,9 +130,13 @@ class StepContext:
     # Whether the changes read so far in this step (inputs, then stages) are inserts only.
     inserts_only: bool = True
     views: StepViews = field(init=False)
+    bindings: Bindings = field(init=False)
+    delta_log: DeltaLogReader = field(init=False)
 
     def __post_init__(self) -> None:
         self.views = StepViews(self.session, self.view_prefix)
+        self.bindings = Bindings(self.views)
+        self.delta_log = self.session.delta_log()
 
     @property
     def view_prefix(self) -> str:
@@ -147,5 +153,5 @@ class StepContext:
         if wanted and wanted == point:
             raise InjectedFault(f"injected fault at {point} (step of {self.model.name})")
 
-    def latest_version(self, relation: str) -> int:
-        return int(self.session.query(f"DESCRIBE HISTORY {relation} LIMIT 1")[0]["version"])
+    def latest_version(self, table: str) -> int:
+        return self.delta_log.version(table)

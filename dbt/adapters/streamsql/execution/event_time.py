@@ -108,9 +108,9 @@ def apply_lateness(ctx: StepContext, net: str, columns: Sequence[Column],
     """Set late changes aside, move the waterline, and return the changes to apply."""
     classified = ctx.views.materialize("classified", late.classify(net, columns, rules,
                                                                    previous.waterline))
-    result.late = int(ctx.session.query(late.late_count(classified))[0]["n"])
     row = ctx.session.query(late.waterline_query(classified, rules, previous.waterline,
                                                  previous.max_seen))[0]
+    result.late = int(row["late"])
     for i, rule in enumerate(rules):
         record.waterline[rule.column.name] = row[f"w_{i}"]
         record.max_seen[rule.column.name] = row[f"m_{i}"]

@@ -1,18 +1,23 @@
-"""Phase 1 of a step: the model's inputs, their versions, and their changes as views.
+"""Phase 1 of a step: the model's inputs, their versions, and their changes.
 
 `describe_inputs` finds each table the model reads and the version this step reads it up to,
 failing with a message that names the fix when an input cannot be read incrementally (not a
-Delta table, missing, change feed off). `bind_inputs` then binds the planner's placeholders of
-each input (plan.py: new, old, delta) to views pinned to versions.
+Delta table, missing, change feed off). `read_changes` learns from each input's commits since the
+last step how many rows its change holds and whether any of them removes a row, where the log
+tells (appends, MERGE/DELETE/UPDATE with their row counts): then nothing is counted by a query.
+`bind_inputs` defines the planner's placeholders of each input (plan.py: new, old, delta) as
+relations pinned to versions, made readable when a statement first uses them (bindings.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from dbt.adapters.streamsql.execution import statements as sql
+from dbt.adapters.streamsql.execution.bindings import INLINE, MATERIALIZED, VIEW
 from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
+from dbt.adapters.streamsql.execution.delta_log import NotDeltaTable, TableMissing, quoted
 from dbt.adapters.streamsql.execution.progress import StepRecord
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
 from dbt.adapters.streamsql.planning.plan import (
@@ -26,16 +31,13 @@ from dbt.adapters.streamsql.planning.plan import (
 )
 from dbt.adapters.streamsql.planning.references import referenced_tables
 
-# How Spark/Delta say that DESCRIBE HISTORY met a table that is not a Delta table.
-NOT_DELTA_MARKERS = ("DELTA_MISSING_DELTA_TABLE", "DELTA_ONLY_OPERATION", "not a Delta table",
-                     "only supported for Delta tables")
-
 
 @dataclass
 class InputState:
     table: InputTable
     relation: str  # quoted name to use in SQL
     version: int
+    table_id: str = ""
 
 
 def describe_inputs(ctx: StepContext, compiled_sql: str) -> List[InputState]:
@@ -44,39 +46,28 @@ def describe_inputs(ctx: StepContext, compiled_sql: str) -> List[InputState]:
 
 
 def describe_input(ctx: StepContext, name: str) -> InputState:
-    session, model = ctx.session, ctx.model.name
-    relation = ".".join(sql.quote(part) for part in name.split("."))
+    model = ctx.model.name
     try:
-        history = session.query(f"DESCRIBE HISTORY {relation} LIMIT 1")
-    except Exception as exc:
-        message = str(exc)
-        if any(marker in message for marker in NOT_DELTA_MARKERS):
-            raise StepError(
-                f"Model {model} reads {name}, which is not a Delta table, so its "
-                "changes cannot be read. Make it a Delta table (materialized='table' or "
-                "'incremental_view' on this adapter, or CONVERT TO DELTA for a source)."
-            ) from exc
-        if "TABLE_OR_VIEW_NOT_FOUND" in message or "not found" in message.lower():
-            raise StepError(
-                f"Model {model} reads {name}, which does not exist (or is a view; "
-                "incremental views read tables: materialize it as a table or incremental_view)."
-            ) from exc
-        raise
-    properties = {row["key"]: row["value"]
-                  for row in session.query(f"SHOW TBLPROPERTIES {relation}")}
-    if properties.get("delta.enableChangeDataFeed", "false").lower() != "true":
+        snapshot = ctx.delta_log.snapshot(name)
+    except NotDeltaTable as exc:
+        raise StepError(
+            f"Model {model} reads {name}, which is not a Delta table, so its "
+            "changes cannot be read. Make it a Delta table (materialized='table' or "
+            "'incremental_view' on this adapter, or CONVERT TO DELTA for a source)."
+        ) from exc
+    except TableMissing as exc:
+        raise StepError(
+            f"Model {model} reads {name}, which does not exist (or is a view; "
+            "incremental views read tables: materialize it as a table or incremental_view)."
+        ) from exc
+    if snapshot.properties.get("delta.enableChangeDataFeed", "false").lower() != "true":
         raise StepError(
             f"Model {model} reads {name}, whose Delta change data feed is off, so "
             "the step cannot tell what changed. Enable it with: ALTER TABLE "
             f"{name} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
         )
-    columns = tuple(describe_table(session, relation))
-    return InputState(InputTable(name, columns), relation, int(history[0]["version"]))
-
-
-def describe_table(session: SqlSession, relation: str) -> List[Column]:
-    return [Column(row["col_name"], row["data_type"])
-            for row in describe_rows(session, f"DESCRIBE TABLE {relation}")]
+    return InputState(InputTable(name, snapshot.columns), quoted(name), snapshot.version,
+                      snapshot.table_id)
 
 
 def describe_query(session: SqlSession, select: str) -> List[Column]:
@@ -117,39 +108,68 @@ def describe_views(inputs: Sequence[InputState], stages: Sequence[StagePlan]) ->
     return views
 
 
-def bind_inputs(ctx: StepContext, inputs: Sequence[InputState], previous: StepRecord,
-                result: StepResult, cache_snapshots: bool = True) -> Tuple[Dict[str, str], int]:
-    """Views of each input's new, old and delta; and how many delta rows are removals.
+@dataclass
+class InputChange:
+    """What changed in one input since the last step, as far as its log tells."""
 
-    Counts the changes read into `result`. `cache_snapshots`: a first step's change is an
-    input's whole snapshot; without it, that change is read again where needed rather than
-    copied into memory.
+    input: InputState
+    before: Optional[int]  # the version the last step read up to; None: never read
+    rows: Optional[int] = None  # rows of the change feed; None: the log cannot tell
+    removals: Optional[int] = None  # of which remove a row (a delete, an update's old row)
+
+
+def read_changes(ctx: StepContext, read: Sequence[InputState],
+                 previous: StepRecord) -> List[InputChange]:
+    """Each input's change since the last step, counted from its commits where they tell."""
+    changes = []
+    for item in read:
+        before = previous.input_versions.get(item.table.name)
+        change = InputChange(item, before)
+        if before == item.version:
+            change.rows, change.removals = 0, 0
+        elif before is not None:
+            commits = ctx.delta_log.commits(item.table.name, before + 1, item.version)
+            counts = [commit.change_rows for commit in commits]
+            if len(counts) == item.version - before and None not in counts:
+                change.rows = sum(rows for rows, _ in counts)  # type: ignore[misc]
+                change.removals = sum(removals for _, removals in counts)  # type: ignore[misc]
+        changes.append(change)
+    return changes
+
+
+def bind_inputs(ctx: StepContext, changes: Sequence[InputChange], result: StepResult,
+                reads: Mapping[str, int]) -> int:
+    """Define each input's new, old and delta placeholders; count the changes read into `result`.
+
+    Returns how many rows of the changes remove a row. `reads`: how many times the step may read
+    each placeholder; a change read more than once, or one the log could not count, is
+    materialized (and counted), anything else is read where it is used.
     """
-    session, views_of_step = ctx.session, ctx.views
-    views: Dict[str, str] = {}
+    bindings, session = ctx.bindings, ctx.session
     removals = 0
-    for i, item in enumerate(inputs):
-        name, cols, now = item.table.name, item.table.columns, item.version
-        before = previous.input_versions.get(name)
-        views[new_input(i)] = views_of_step.view(f"new_{i}", sql.input_as_of(item.relation, now))
-        if before is None:
-            views[old_input(i)] = views_of_step.view(f"old_{i}",
-                                                     sql.empty_input(item.relation, now))
-            change = sql.input_snapshot_as_change(item.relation, cols, now)
-            if not cache_snapshots:
-                views[delta_input(i)] = views_of_step.view(f"delta_{i}", change)
-                result.changes_read += int(session.query(
-                    sql.count_rows(f"{item.relation} VERSION AS OF {now}"))[0]["n"])
-                continue
+    for i, change in enumerate(changes):
+        item, before = change.input, change.before
+        relation, cols, now = item.relation, item.table.columns, item.version
+        bindings.define(new_input(i), f"new_{i}", sql.input_as_of(relation, now))
+        if before is None:  # the whole input is the change
+            bindings.define(old_input(i), f"old_{i}", sql.empty_input(relation, now))
+            bindings.define(delta_input(i), f"delta_{i}",
+                            sql.input_snapshot_as_change(relation, cols, now))
+            result.changes_read += int(session.query(
+                sql.count_rows(f"{relation} VERSION AS OF {now}"))[0]["n"])
+            continue
+        # An older version: a view, so that Delta rebuilds its file list once at most.
+        bindings.define(old_input(i), f"old_{i}", sql.input_as_of(relation, before), VIEW)
+        if before == now:
+            change_sql = sql.input_snapshot_as_change(relation, cols, now) + " WHERE false"
         else:
-            views[old_input(i)] = views_of_step.view(f"old_{i}",
-                                                     sql.input_as_of(item.relation, before))
-            if before == now:
-                change = sql.input_snapshot_as_change(item.relation, cols, now) + " WHERE false"
-            else:
-                change = sql.input_changes(name, cols, before, now)
-        views[delta_input(i)] = views_of_step.materialize(f"delta_{i}", change)
-        counts = session.query(sql.count_changes(views[delta_input(i)]))[0]
-        result.changes_read += int(counts["n"])
-        removals += int(counts["removals"])
-    return views, removals
+            change_sql = sql.input_changes(item.table.name, cols, before, now)
+        counted = change.rows is not None and change.removals is not None
+        how = INLINE if counted and reads.get(delta_input(i), 0) <= 1 else MATERIALIZED
+        bindings.define(delta_input(i), f"delta_{i}", change_sql, how)
+        if not counted:
+            counts = session.query(sql.count_changes(bindings.relation(delta_input(i))))[0]
+            change.rows, change.removals = int(counts["n"]), int(counts["removals"])
+        result.changes_read += change.rows or 0
+        removals += change.removals or 0
+    return removals

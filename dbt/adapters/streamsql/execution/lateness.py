@@ -18,7 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import sqlglot
 from sqlglot import exp
 
-from dbt.adapters.streamsql.execution.statements import column_list, count_copies, quote
+from dbt.adapters.streamsql.execution.statements import column_list, quote
 from dbt.adapters.streamsql.planning.plan import DIALECT, WEIGHT, Column
 
 LATE_COLUMN = "_streamsql_column"
@@ -230,8 +230,8 @@ def waterline_query(classified_view: str, rules: Sequence[LatenessRule],
                     waterline: Mapping[str, Optional[str]],
                     max_seen: Mapping[str, Optional[str]]) -> str:
     """One row: for each rule `w_<i>` (the new waterline) and `m_<i>` (the largest value seen
-    so far, this step included), as strings."""
-    parts = []
+    so far, this step included), as strings; and `late`, how many rows are set aside."""
+    parts = [f"COALESCE(SUM(abs({WEIGHT})) FILTER (WHERE {REASON} IS NOT NULL), 0) AS late"]
     for i, rule in enumerate(rules):
         col = quote(rule.column.name)
         counted = f"{col} IS NOT NULL"
@@ -265,10 +265,6 @@ def quarantine_insert(late_table: str, classified_view: str, columns: Sequence[C
         f"FROM {classified_view} LATERAL VIEW explode(sequence(1, abs({WEIGHT}))) c AS _copy "
         f"WHERE {REASON} IS NOT NULL"
     )
-
-
-def late_count(classified_view: str) -> str:
-    return count_copies(classified_view, f"{REASON} IS NOT NULL")
 
 
 def waterline_insert(waterline_table: str, step: int, rules: Sequence[LatenessRule],

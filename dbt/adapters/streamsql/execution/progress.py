@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterable, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 RECORD_KEY = "streamsql"
 FORMAT_VERSION = 1
@@ -35,6 +35,16 @@ class StepRecord:
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     max_seen: Dict[str, Optional[str]] = field(default_factory=dict)
     watermark_seen: Dict[str, Optional[str]] = field(default_factory=dict)
+    # The plan's strategy and reason, so that a run with nothing to do can say them without
+    # planning ("" in records written before they were kept).
+    plan: str = ""
+    reason: str = ""
+    # How the state tables keep their rows: "log" (statements.latest_state); "" for tables
+    # built before, which a step refuses (they need a full refresh).
+    state_layout: str = ""
+    # Per state table ("state" or a stage's name): [live groups at its last compaction, rows
+    # appended since, steps since], to tell when to compact it (commit.write_state).
+    state_log: Dict[str, List[int]] = field(default_factory=dict)
 
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
@@ -44,12 +54,24 @@ class StepRecord:
             state_version=self.state_version, stage_versions=dict(self.stage_versions),
             waterline=dict(self.waterline),
             max_seen=dict(self.max_seen), watermark_seen=dict(self.watermark_seen),
+            plan=self.plan, reason=self.reason, state_layout=self.state_layout,
+            state_log={name: list(counts) for name, counts in self.state_log.items()},
         )
+
+    def unchanged(self, sql_fingerprint: str, input_versions: Dict[str, int]) -> bool:
+        """Whether a run of the same SQL over inputs at these versions has nothing to do.
+
+        Only for records that say which plan they ran (the run reports it without planning).
+        """
+        return (self.step > 0 and bool(self.plan) and self.sql_fingerprint == sql_fingerprint
+                and self.input_versions == input_versions)
 
     def to_json(self) -> str:
         body = asdict(self)
         body["format"] = FORMAT_VERSION
-        return json.dumps({RECORD_KEY: body}, separators=(",", ":"), sort_keys=True)
+        text = json.dumps({RECORD_KEY: body}, separators=(",", ":"), sort_keys=True)
+        # It travels in a SET statement, where a semicolon would end the value.
+        return text.replace(";", "\\u003b")
 
     @classmethod
     def from_json(cls, text: Optional[str]) -> Optional["StepRecord"]:

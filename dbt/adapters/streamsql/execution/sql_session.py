@@ -13,6 +13,7 @@ from dbt.adapters.events.types import SQLQuery, SQLQueryStatus
 from dbt_common.events.contextvars import get_node_info
 from dbt_common.events.functions import fire_event
 
+from dbt.adapters.streamsql.execution.delta_log import DeltaLogReader, JvmDeltaLog, SqlDeltaLog
 from dbt.adapters.streamsql.execution.statements import cached_view
 
 
@@ -26,6 +27,8 @@ class SqlSession(Protocol):
     def materialize(self, name: str, select: str) -> None: ...
 
     def release(self, name: str) -> None: ...
+
+    def delta_log(self) -> DeltaLogReader: ...
 
 
 class AdapterSqlSession:
@@ -80,6 +83,13 @@ class AdapterSqlSession:
         frame = self._checkpoints.pop(name, None)
         if frame is not None:
             frame._jdf.queryExecution().logical().rdd().unpersist(False)
+
+    def delta_log(self) -> DeltaLogReader:
+        """Delta's log read in the JVM in the embedded session, through SQL elsewhere."""
+        spark = self._embedded_spark()
+        if spark is None:
+            return SqlDeltaLog(self)
+        return JvmDeltaLog(spark, SqlDeltaLog(self))
 
     def _embedded_spark(self) -> Optional[Any]:
         """The SparkSession behind this thread's connection, if it is the embedded one."""

@@ -11,13 +11,15 @@ The write of the new state is a `commit.StateWrite`; it runs with the step's oth
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.bounds import bind_bounds, key_ranges
 from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.views import inline
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
     GROUP_DELTA,
@@ -36,25 +38,29 @@ MAX_FINAL_GROUP_VALUES = 100
 class ChangedGroups:
     """The groups of an aggregate that a step changes, as step-local views."""
 
-    state: str  # the state table before the step, as far as the changed groups' keys reach
+    state: str  # the state before the step, as far as the changed groups' keys reach
     new: str  # materialized: the new state of every changed group (count 0: the group is gone)
     old: str  # the state of the changed groups before the step
-    bounds: List[str]  # predicates over a state row (GROUP_ALIAS) every changed group meets
 
 
 def group_columns(aggregate: AggregatePlan) -> List[Column]:
     return [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
 
 
-def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan,
-                   views: Mapping[str, str], state: str,
+def state_before(table: str, version: int, aggregate: AggregatePlan) -> str:
+    """The SELECT of an aggregate's whole state before the step (its table as of `version`)."""
+    return sql.latest_state(sql.input_as_of(table, version), group_columns(aggregate),
+                            aggregate.state_columns)
+
+
+def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state: str,
                    lateness: Sequence[late.LatenessRule] = (),
                    waterline: Optional[Mapping[str, Optional[str]]] = None) -> ChangedGroups:
     """Group delta, state before the step, and the old and new state of changed groups.
 
-    `state` is the SELECT of the whole state before the step; only the part the changed
-    groups' key ranges reach is read (and, by the state's MERGE, written), narrowed further by
-    the LATENESS rules whose column the group decides (`final_group_bounds`).
+    `state` is the SELECT of the whole state before the step (`state_before`); only the part
+    the changed groups' key ranges reach is read, narrowed further by the LATENESS rules whose
+    column the group decides (`final_group_bounds`).
     """
     delta_sql = aggregate.delta_sql
     # The form without older versions has negative terms even for inserts, which a MIN/MAX
@@ -63,27 +69,28 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan,
     if not ctx.first_step and aggregate.later_delta_sql is not None and not (
             aggregate.recompute_check_sql and ctx.inserts_only):
         delta_sql = aggregate.later_delta_sql
-    views = dict(views)
-    bind_bounds(ctx, aggregate.bounds, delta_sql, views)
-    group_delta = ctx.views.materialize(f"{label}group_delta",
-                                        sql.bind_placeholders(delta_sql, views))
-    bounds = final_group_bounds(ctx, aggregate, group_delta, lateness, waterline or {})
-    bounds += key_ranges(ctx, group_columns(aggregate), group_delta, GROUP_ALIAS)
+    bind_bounds(ctx, aggregate.bounds, delta_sql)
+    group_delta = ctx.views.materialize(f"{label}group_delta", ctx.bindings.bind(delta_sql))
+    final = late.final_group_columns(lateness, waterline or {}, aggregate.group_outputs)
+    touched = {f"final{i}": f"collect_set(CAST({expression} AS STRING)) FILTER (WHERE NOT "
+                            f"{late.open_groups(rule, expression, value)})"
+               for i, (rule, expression, value) in enumerate(final)}
+    ranges, found = key_ranges(ctx, group_columns(aggregate), group_delta, GROUP_ALIAS, touched)
+    bounds = final_group_bounds(final, [as_list(found[name]) for name in touched]) + ranges
     if bounds:
         state = f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE {' AND '.join(bounds)}"
-    state = ctx.views.view(f"{label}state", state)
-    local = {**views, GROUP_DELTA: group_delta, STATE: state}
+    state = inline(state)
+    local = {GROUP_DELTA: group_delta, STATE: state}
     combine = aggregate.combine_sql
     if aggregate.recompute_check_sql and aggregate.combine_without_recompute_sql:
-        check = sql.bind_placeholders(aggregate.recompute_check_sql, local)
+        check = ctx.bindings.bind(aggregate.recompute_check_sql, local)
         if int(ctx.session.query(check)[0]["n"]) == 0:
             # No deleted value can have been a MIN/MAX: skip re-reading the inputs' history.
             combine = aggregate.combine_without_recompute_sql
-    new = ctx.views.materialize(f"{label}groups_new", sql.bind_placeholders(combine, local))
-    # Read once, by the output change: a plain view, planned together with it.
-    old = ctx.views.view(f"{label}groups_old", sql.previous_groups(
-        state, group_delta, group_columns(aggregate)))
-    return ChangedGroups(state, new, old, bounds)
+    new = ctx.views.materialize(f"{label}groups_new", ctx.bindings.bind(combine, local))
+    # Read once, by the output change: planned together with it.
+    old = inline(sql.previous_groups(state, group_delta, group_columns(aggregate)))
+    return ChangedGroups(state, new, old)
 
 
 def output_change(ctx: StepContext, label: str, aggregate: AggregatePlan, groups: ChangedGroups,
@@ -97,28 +104,32 @@ def output_change(ctx: StepContext, label: str, aggregate: AggregatePlan, groups
     output_old = sql.bind_placeholders(aggregate.output_sql, {GROUPS: groups.old})
     if nothing_before:
         output_old = f"SELECT * FROM ({output_old}) WHERE false"
-    change = ctx.views.view(f"{label}change", sql.output_change(output_new, output_old, columns))
+    change = inline(sql.output_change(output_new, output_old, columns))
     return ctx.views.materialize(f"{label}net", sql.consolidate(change, columns))
 
 
-def final_group_bounds(ctx: StepContext, aggregate: AggregatePlan, group_delta: str,
-                       lateness: Sequence[late.LatenessRule],
-                       waterline: Mapping[str, Optional[str]]) -> List[str]:
+def final_group_bounds(final: Sequence[Tuple[late.LatenessRule, str, str]],
+                       touched: Sequence[List[str]]) -> List[str]:
     """Predicates that leave out the state of final groups this step does not touch.
 
     A group whose LATENESS column (a window start, a truncated hour) is below the previous
-    waterline is final: any change to it is late. The step reads and merges the state of the
-    other groups, plus that of the few final groups its late changes touch (needed to
-    describe the quarantined change), named by value so that Delta can still skip files.
+    waterline is final: any change to it is late. The step reads the state of the other
+    groups, plus that of the few final groups its late changes touch (`touched`, per rule of
+    `final`: the values of those groups; needed to describe the quarantined change), named by
+    value so that Delta can still skip files.
     """
     bounds = []
-    for rule, expression, value in late.final_group_columns(lateness, waterline,
-                                                            aggregate.group_outputs):
-        touched = ctx.session.query(
-            f"SELECT DISTINCT CAST({expression} AS STRING) AS v FROM {group_delta} AS "
-            f"{GROUP_ALIAS} WHERE NOT {late.open_groups(rule, expression, value)} "
-            f"LIMIT {MAX_FINAL_GROUP_VALUES + 1}")
-        if len(touched) > MAX_FINAL_GROUP_VALUES:
+    for (rule, expression, value), values in zip(final, touched):
+        if len(values) > MAX_FINAL_GROUP_VALUES:
             return []  # late changes all over history: read the whole state
-        bounds.append(late.open_groups(rule, expression, value, [row["v"] for row in touched]))
+        bounds.append(late.open_groups(rule, expression, value, sorted(values)))
     return bounds
+
+
+def as_list(value: Any) -> List[str]:
+    """An array as a session returns it: a list, or (over Thrift) JSON text."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [str(item) for item in json.loads(value)]
+    return [str(item) for item in value]

@@ -7,9 +7,9 @@ statement. Names passed in are already quoted where needed (`quote`).
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from dbt.adapters.streamsql.planning.plan import COUNT, GROUP_ALIAS, WEIGHT, Column, KeyBound
+from dbt.adapters.streamsql.planning.plan import COUNT, WEIGHT, Column, KeyBound
 
 ACTION = "_streamsql_action"
 EXISTING = "_streamsql_existing"
@@ -38,13 +38,22 @@ def null_safe_match(columns: Sequence[Column], left: str, right: str) -> str:
 def bind_placeholders(sql: str, views: Mapping[str, str]) -> str:
     """Replace the planner's placeholder identifiers by the step's temporary view names."""
 
-    def replace(match: "re.Match[str]") -> str:
-        name = match.group(1)
+    def replace(name: str) -> str:
         if name not in views:
             raise KeyError(f"the plan refers to {name}, which this step did not bind")
         return views[name]
 
-    return PLACEHOLDER.sub(replace, sql)
+    return replace_placeholders(sql, replace)
+
+
+def replace_placeholders(sql: str, replacement: Callable[[str], str]) -> str:
+    """Replace each placeholder identifier (whole identifiers only) by `replacement(name)`."""
+    return PLACEHOLDER.sub(lambda match: replacement(match.group(1)), sql)
+
+
+def placeholder_occurrences(sql: str) -> List[str]:
+    """The placeholders `sql` refers to, once per reference."""
+    return [match.group(1) for match in PLACEHOLDER.finditer(sql)]
 
 
 # -- inputs ---------------------------------------------------------------------------------------
@@ -104,15 +113,18 @@ def bound_values(bounds: Sequence[KeyBound]) -> str:
 
 def bound_texts(values: str, types: Sequence[str]) -> str:
     """The values of `bound_values` as text a literal can be made of (NULL where none can)."""
-    texts = []
-    for i, data_type in enumerate(types):
-        if data_type == "timestamp":
-            texts.append(f"CAST(unix_micros(v{i}) AS STRING) AS v{i}")
-        elif _BOUNDED_TYPE.match(data_type):
-            texts.append(f"CAST(v{i} AS STRING) AS v{i}")
-        else:
-            texts.append(f"CAST(NULL AS STRING) AS v{i}")
+    texts = [f"{literal_text(f'v{i}', data_type)} AS v{i}" for i, data_type in enumerate(types)]
     return f"SELECT {', '.join(texts)} FROM ({values})"
+
+
+def literal_text(value: str, data_type: str) -> str:
+    """SQL for `value` (of `data_type`) as text a literal can be made of (`bound_predicate`);
+    NULL for a type without such literals."""
+    if data_type == "timestamp":
+        return f"CAST(unix_micros({value}) AS STRING)"
+    if _BOUNDED_TYPE.match(data_type):
+        return f"CAST({value} AS STRING)"
+    return "CAST(NULL AS STRING)"
 
 
 def bound_predicate(bound: KeyBound, text: Optional[str], data_type: str) -> str:
@@ -164,6 +176,34 @@ def key_range(part: str, lower: str, upper: str) -> str:
     return f"(({lower} AND {upper}) OR {part} IS NULL)"
 
 
+def orderable_type(column: Column) -> str:
+    """The type of `orderable_part(column)` (a window group's start is a timestamp)."""
+    data_type = column.data_type.replace(" ", "").lower()
+    return "timestamp" if data_type.startswith("struct<start:timestamp") else data_type
+
+
+def range_aggregates(columns: Sequence[Column], alias: Optional[str] = None) -> List[str]:
+    """`lo<i>` and `hi<i>`: the smallest and largest orderable part of each of `columns` with
+    one (`orderable_part`), as literal text (`literal_text`), over rows aliased `alias`."""
+    found = []
+    for i, column in enumerate(c for c in columns if orderable_part(c) is not None):
+        part, data_type = orderable_part(column, alias), orderable_type(column)
+        found += [f"{literal_text(f'MIN({part})', data_type)} AS lo{i}",
+                  f"{literal_text(f'MAX({part})', data_type)} AS hi{i}"]
+    return found
+
+
+def range_predicates(columns: Sequence[Column], alias: str, row: Mapping[str, Any]) -> List[str]:
+    """`key_range` predicates over rows aliased `alias`, from a row of `range_aggregates`."""
+    found = []
+    for i, column in enumerate(c for c in columns if orderable_part(c) is not None):
+        part, data_type = orderable_part(column, alias), orderable_type(column)
+        lower = bound_predicate(KeyBound("", part, ">=", ""), row[f"lo{i}"], data_type)
+        upper = bound_predicate(KeyBound("", part, "<=", ""), row[f"hi{i}"], data_type)
+        found.append(key_range(part, lower, upper))
+    return found
+
+
 # -- the model's change ---------------------------------------------------------------------------
 
 def consolidate(change_view: str, columns: Sequence[Column]) -> str:
@@ -177,11 +217,18 @@ def consolidate(change_view: str, columns: Sequence[Column]) -> str:
 
 def change_counts(net_view: str) -> str:
     """Rows the change inserts and deletes, and the largest number of copies of one row."""
-    return (
-        f"SELECT COALESCE(SUM(CASE WHEN {WEIGHT} > 0 THEN {WEIGHT} ELSE 0 END), 0) AS inserts, "
-        f"COALESCE(SUM(CASE WHEN {WEIGHT} < 0 THEN -{WEIGHT} ELSE 0 END), 0) AS deletes, "
-        f"COALESCE(MAX(ABS({WEIGHT})), 0) AS widest FROM {net_view}"
-    )
+    counts = ", ".join(f"{expression} AS {name}"
+                       for name, expression in change_count_aggregates().items())
+    return f"SELECT {counts} FROM {net_view}"
+
+
+def change_count_aggregates() -> Dict[str, str]:
+    """`change_counts` as named aggregate expressions, to compute with others in one query."""
+    return {
+        "inserts": f"COALESCE(SUM(CASE WHEN {WEIGHT} > 0 THEN {WEIGHT} ELSE 0 END), 0)",
+        "deletes": f"COALESCE(SUM(CASE WHEN {WEIGHT} < 0 THEN -{WEIGHT} ELSE 0 END), 0)",
+        "widest": f"COALESCE(MAX(ABS({WEIGHT})), 0)",
+    }
 
 
 def count_copies(view: str, condition: str) -> str:
@@ -210,6 +257,21 @@ def insert_copies(target: str, net_view: str, columns: Sequence[Column],
     return (
         f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {net_view} "
         f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES}{order_by(order)}"
+    )
+
+
+def append_change(target: str, change: str, columns: Sequence[Column]) -> str:
+    """Append a change that only inserts (every weight at least 1; it need not be netted).
+
+    The weights are checked as the rows are written: a row with any other weight fails the
+    statement, and with it the step, rather than being written wrong.
+    """
+    cols = column_list(columns)
+    return (
+        f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {change} "
+        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES} "
+        f"WHERE CASE WHEN {WEIGHT} >= 1 THEN true ELSE raise_error('dbt-streamsql: a change "
+        f"taken for inserts only holds a removal; nothing was written, run the step again') END"
     )
 
 
@@ -314,35 +376,57 @@ def output_change(output_new: str, output_old: str, columns: Sequence[Column]) -
     )
 
 
-def insert_state(state: str, new_groups: str, state_columns: Sequence[Column],
-                 order: Sequence[Column]) -> str:
-    """The first write of a state table: its groups, sorted so its files hold narrow key ranges."""
-    return (f"INSERT INTO {state} ({column_list(state_columns)}) SELECT "
-            f"{column_list(state_columns)} FROM {new_groups} WHERE {COUNT} > 0{order_by(order)}")
+# The step that wrote a row of a state table: a state table is a log of the groups' states, and
+# a group's state is the row the latest step wrote for it (`latest_state`).
+STEP = "_streamsql_step"
 
 
-def merge_state(state: str, new_groups: str, group_columns: Sequence[Column],
-                state_columns: Sequence[Column], state_bounds: Sequence[str] = ()) -> str:
-    """Write the new state of the changed groups.
+def latest_state(table_as_of: str, group_columns: Sequence[Column],
+                 state_columns: Sequence[Column]) -> str:
+    """The state of every group as a state table (a log) holds it: the latest row per group.
 
-    `state_bounds` are predicates over the state (alias `GROUP_ALIAS`) that every changed group
-    meets (see `state.final_group_bounds`); Delta skips the files of final groups that fail them.
+    A row with a count of 0 or less (a group that is gone) hides the group's older rows. The
+    columns are `state_columns`, in order. Predicates on the group columns above this pass
+    through the aggregation to the table's scan, so Delta can still skip files by them.
+    """
+    groups = column_list(group_columns)
+    values = [c for c in state_columns if c not in group_columns]
+    latest = (f"max_by(struct({column_list(values)}), {STEP}) AS _streamsql_latest")
+    projection = ", ".join(
+        quote(c.name) if c in group_columns
+        else f"_streamsql_latest.{quote(c.name)} AS {quote(c.name)}" for c in state_columns)
+    grouped = f"SELECT {groups + ', ' if groups else ''}{latest} FROM ({table_as_of})"
+    if groups:
+        grouped += f" GROUP BY {groups}"
+    return f"SELECT {projection} FROM ({grouped}) WHERE _streamsql_latest.{COUNT} > 0"
+
+
+def insert_state(state: str, new_groups: str, state_columns: Sequence[Column], step: int,
+                 order: Sequence[Column], everything: bool = True) -> str:
+    """Append the changed groups' new state to a state table, as step `step`'s rows.
+
+    `everything`: gone groups too (count 0), which hide their older rows; a first write, into an
+    empty table, leaves them out. `order`: the columns to sort by (`time_first`), so that the
+    files written hold narrow key ranges.
     """
     cols = column_list(state_columns)
-    bounds = "".join(f" AND {re.sub(rf'(?<![A-Za-z0-9_]){GROUP_ALIAS}[.]', 'st.', bound)}"
-                     for bound in state_bounds)
-    updates = ", ".join(
-        f"{quote(c.name)} = n.{quote(c.name)}" for c in state_columns if c not in group_columns
-    )
-    update_clause = f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else ""
-    return (
-        f"MERGE INTO {state} AS st USING {new_groups} AS n "
-        f"ON {null_safe_match(group_columns, 'st', 'n')}{bounds} "
-        f"WHEN MATCHED AND n.{COUNT} <= 0 THEN DELETE "
-        f"{update_clause}"
-        f"WHEN NOT MATCHED AND n.{COUNT} > 0 THEN INSERT ({cols}) "
-        f"VALUES ({column_list(state_columns, 'n.')})"
-    )
+    condition = "" if everything else f" WHERE {COUNT} > 0"
+    return (f"INSERT INTO {state} ({cols}, {STEP}) SELECT {cols}, CAST({step} AS BIGINT) "
+            f"FROM {new_groups}{condition}{order_by(order)}")
+
+
+def rewrite_state(state: str, version: int, new_groups: str, group_columns: Sequence[Column],
+                  state_columns: Sequence[Column], step: int, order: Sequence[Column]) -> str:
+    """Compact a state table: one row per live group, this step's changes included.
+
+    The whole table is rewritten (in one commit), sorted like a first write.
+    """
+    cols = column_list(state_columns)
+    rows = (f"SELECT {cols}, {STEP} FROM {state} VERSION AS OF {version} "
+            f"UNION ALL SELECT {cols}, CAST({step} AS BIGINT) AS {STEP} FROM {new_groups}")
+    current = latest_state(rows, group_columns, state_columns)
+    return (f"INSERT OVERWRITE {state} ({cols}, {STEP}) SELECT {cols}, CAST({step} AS BIGINT) "
+            f"FROM ({current}){order_by(order)}")
 
 
 # -- tables ---------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
-"""The temporary views a step computes with, and which of them are materialized.
+"""The relations a step computes with: inline, temporary views, and materialized ones.
 
-A plain view is read once and planned together with what reads it. A materialized view
+Most intermediate results are `inline`: their SELECT is written into the statement that reads
+it, which costs no statement and lets Spark plan them together. A temporary view (`view`) is
+created once, for a relation whose planning is dear (an older version of a table). A
+materialized view
 (`SqlSession.materialize`: a local checkpoint in the embedded session, CACHE TABLE over Thrift) is
 computed once, now: for results read several times, or read across the step's own writes to
 the tables they were computed from. `drop_all` frees the materialized ones at the end of a step;
@@ -13,6 +16,11 @@ from typing import List
 
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
+
+
+def inline(select: str) -> str:
+    """A relation written into the statements that read it: no statement of its own."""
+    return f"({select})"
 
 
 class StepViews:

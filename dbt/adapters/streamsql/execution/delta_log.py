@@ -1,0 +1,349 @@
+"""What a step asks of a Delta table's log: its version, identity, properties, columns, commits.
+
+A step asks these questions of every table it touches, every step: which version an input is at,
+whether its commits since the last step only inserted rows, where the model stands (the step record
+in its last commit), whether a write landed. Two readers answer them:
+
+- `SqlDeltaLog` asks through SQL (`DESCRIBE HISTORY`, `DESCRIBE DETAIL`, `DESCRIBE TABLE`). It works
+  on every connection, a Thrift Server included; each question is a statement of 0.05-0.2 s, and
+  reading history is the dearest of them.
+- `JvmDeltaLog` (the embedded session only) reads Delta's transaction log in the driver's JVM
+  through py4j: a table's current snapshot and the commit files themselves, in milliseconds, with
+  no statement and no Spark job. It uses classes of the pinned delta-spark (`DeltaLog`,
+  `Snapshot`, the log's actions), which are not a public API: when one of them does not answer as
+  expected, it asks `SqlDeltaLog` instead, so a Delta upgrade can cost speed but not correctness.
+
+Names are unquoted `schema.table` (as `InputTable.name`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple
+
+from dbt.adapters.events.logging import AdapterLogger
+
+from dbt.adapters.streamsql.planning.plan import Column
+
+logger = AdapterLogger("StreamSQL")
+
+# How Spark and Delta say that a table is not a Delta table, or is not there.
+NOT_DELTA_MARKERS = ("DELTA_MISSING_DELTA_TABLE", "DELTA_ONLY_OPERATION", "not a Delta table",
+                     "only supported for Delta tables")
+MISSING_MARKERS = ("TABLE_OR_VIEW_NOT_FOUND", "not found", "NoSuchTableException",
+                   "EXPECT_TABLE_NOT_VIEW", "did not specify locationUri")
+
+# Operations that change no row (the change feed skips them).
+NO_ROW_CHANGE = {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "OPTIMIZE", "VACUUM START",
+                 "VACUUM END", "ADD COLUMNS", "CHANGE COLUMN", "RENAME COLUMN", "ADD CONSTRAINT",
+                 "DROP CONSTRAINT", "UPGRADE PROTOCOL", "SET COLUMN COMMENT", "ADD FEATURE",
+                 "CREATE TABLE", "ANALYZE STATS", "COMPUTE STATS"}
+# A MERGE's row counts: inserted, updated and deleted (the last two include the matched and the
+# not-matched-by-source rows).
+MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+
+
+class TableMissing(Exception):
+    """The table does not exist (or is a view)."""
+
+
+class NotDeltaTable(Exception):
+    """The table exists but is not a Delta table."""
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    version: int
+    table_id: str
+    properties: Mapping[str, str]
+    columns: Tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of a table's history, as its commit info tells it."""
+
+    version: int
+    operation: str
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    metrics: Mapping[str, str] = field(default_factory=dict)
+    user_metadata: Optional[str] = None
+
+    def as_history_row(self) -> Dict[str, Any]:
+        """In the shape of a `DESCRIBE HISTORY` row (what `progress.last_record` reads)."""
+        return {"version": self.version, "operation": self.operation,
+                "userMetadata": self.user_metadata}
+
+    @property
+    def change_rows(self) -> Optional[Tuple[int, int]]:
+        """(rows, removals): the rows this commit adds to the change feed, and how many of them
+        remove a row (a delete, or an update's old row); None when the commit info cannot tell.
+
+        Only what the commit's operation and metrics say for certain: an append, a MERGE, DELETE
+        or UPDATE with their row counts, or an operation that changes no row.
+        """
+        operation = self.operation.upper()
+        if operation in NO_ROW_CHANGE:
+            return 0, 0
+        if operation in ("WRITE", "STREAMING UPDATE"):
+            mode = self.parameters.get("mode") or self.parameters.get("outputMode")
+            rows = self._metric("numOutputRows")
+            return (rows, 0) if mode == "Append" and rows is not None else None
+        if operation == "DELETE":
+            deleted = self._metric("numDeletedRows")
+            return None if deleted is None else (deleted, deleted)
+        if operation == "UPDATE":
+            updated = self._metric("numUpdatedRows")
+            return None if updated is None else (2 * updated, updated)
+        if operation == "MERGE":
+            counts = [self._metric(name) for name in MERGE_METRICS]
+            if any(count is None for count in counts):
+                return None
+            inserted, updated, deleted = counts
+            return inserted + 2 * updated + deleted, updated + deleted
+        return None
+
+    def _metric(self, name: str) -> Optional[int]:
+        value = self.metrics.get(name)
+        try:
+            return None if value is None else int(value)
+        except ValueError:
+            return None
+
+
+class DeltaLogReader(Protocol):
+    def exists(self, name: str) -> bool: ...
+
+    def snapshot(self, name: str) -> TableSnapshot: ...
+
+    def version(self, name: str) -> int: ...
+
+    def commits(self, name: str, first: int, last: int) -> List[Commit]: ...
+
+    def recent_commits(self, name: str, limit: int) -> List[Commit]: ...
+
+
+def name_parts(name: str) -> Tuple[str, str]:
+    """(schema, table) of `schema.table` or `` `schema`.`table` ``."""
+    parts, current, quoted_part, i = [], "", False, 0
+    while i < len(name):
+        char = name[i]
+        if char == "`":
+            if quoted_part and name[i + 1:i + 2] == "`":
+                current += "`"
+                i += 1
+            else:
+                quoted_part = not quoted_part
+        elif char == "." and not quoted_part:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+        i += 1
+    parts.append(current)
+    if len(parts) < 2:
+        raise ValueError(f"expected schema.table, got {name!r}")
+    return parts[-2], parts[-1]
+
+
+def quoted(name: str) -> str:
+    return ".".join("`" + part.replace("`", "``") + "`" for part in name_parts(name))
+
+
+def _plain_parameter(value: Any) -> str:
+    """Commit parameters are stored as JSON values ("Append" with its quotes); plain text here."""
+    text = str(value)
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        try:
+            return str(json.loads(text))
+        except ValueError:
+            return text[1:-1]
+    return text
+
+
+def _mapping(value: Any) -> Dict[str, str]:
+    """A map column as a session returns it: a dict, or (over Thrift) JSON text."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return {str(k): _plain_parameter(v) for k, v in dict(value).items()}
+
+
+class SqlDeltaLog:
+    """Answers through SQL statements on the step's session (every connection method)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def exists(self, name: str) -> bool:
+        schema, table = name_parts(name)
+        rows = self.session.query(f"SHOW TABLES IN `{schema}` LIKE '{table}'")
+        return any(str(row.get("tableName", "")).lower() == table.lower() for row in rows)
+
+    def version(self, name: str) -> int:
+        history = self._history(name, 1)
+        return int(history[0]["version"])
+
+    def snapshot(self, name: str) -> TableSnapshot:
+        version = self.version(name)
+        detail = self.session.query(f"DESCRIBE DETAIL {quoted(name)}")[0]
+        columns = []
+        for row in self.session.query(f"DESCRIBE TABLE {quoted(name)}"):
+            column = (row.get("col_name") or "").strip()
+            if not column or column.startswith("#"):
+                break  # partition and detail sections follow a blank or '#' line
+            columns.append(Column(row["col_name"], row["data_type"]))
+        return TableSnapshot(version, str(detail.get("id") or ""),
+                             _mapping(detail.get("properties")), tuple(columns))
+
+    def commits(self, name: str, first: int, last: int) -> List[Commit]:
+        if last < first:
+            return []
+        latest = self.version(name)
+        rows = self._history(name, latest - first + 1)
+        found = [self._commit(row) for row in rows if first <= int(row["version"]) <= last]
+        return sorted(found, key=lambda commit: commit.version)
+
+    def recent_commits(self, name: str, limit: int) -> List[Commit]:
+        return [self._commit(row) for row in self._history(name, limit)]
+
+    def _history(self, name: str, limit: int) -> List[Dict[str, Any]]:
+        try:
+            return self.session.query(f"DESCRIBE HISTORY {quoted(name)} LIMIT {limit}")
+        except Exception as exc:
+            message = str(exc)
+            if any(marker in message for marker in NOT_DELTA_MARKERS):
+                raise NotDeltaTable(message) from exc
+            if any(marker.lower() in message.lower() for marker in MISSING_MARKERS):
+                raise TableMissing(message) from exc
+            raise
+
+    @staticmethod
+    def _commit(row: Mapping[str, Any]) -> Commit:
+        return Commit(int(row["version"]), str(row.get("operation") or ""),
+                      _mapping(row.get("operationParameters")),
+                      _mapping(row.get("operationMetrics")), row.get("userMetadata"))
+
+
+class JvmDeltaLog:
+    """Reads Delta's log in the embedded session's JVM; asks `fallback` when that fails."""
+
+    def __init__(self, spark: Any, fallback: SqlDeltaLog) -> None:
+        self.spark = spark
+        self.fallback = fallback
+        self.jvm = spark._jvm
+
+    def exists(self, name: str) -> bool:
+        schema, table = name_parts(name)
+        try:
+            return bool(self.spark._jsparkSession.catalog().tableExists(schema, table))
+        except Exception as exc:
+            return self._fall_back("exists", exc, lambda: self.fallback.exists(name))
+
+    def version(self, name: str) -> int:
+        return self.snapshot(name).version
+
+    def snapshot(self, name: str) -> TableSnapshot:
+        try:
+            snapshot = self._current(name)
+            metadata = snapshot.metadata()
+            schema = snapshot.schema()
+            fields = [schema.apply(i) for i in range(schema.length())]
+            columns = tuple(Column(f.name(), f.dataType().catalogString()) for f in fields)
+            return TableSnapshot(int(snapshot.version()), str(metadata.id()),
+                                 self._dict(metadata.configuration()), columns)
+        except (TableMissing, NotDeltaTable):
+            raise
+        except Exception as exc:
+            return self._fall_back("snapshot", exc, lambda: self.fallback.snapshot(name))
+
+    def commits(self, name: str, first: int, last: int) -> List[Commit]:
+        if last < first:
+            return []
+        try:
+            found = []
+            for version, info in self._commit_infos(self._delta_log(name), first):
+                if version > last:
+                    break
+                found.append(self._commit(version, info))
+            return found
+        except (TableMissing, NotDeltaTable):
+            raise
+        except Exception as exc:
+            return self._fall_back("commits", exc,
+                                   lambda: self.fallback.commits(name, first, last))
+
+    def recent_commits(self, name: str, limit: int) -> List[Commit]:
+        try:
+            delta_log = self._delta_log(name)
+            latest = int(self._update(delta_log, name).version())
+            infos = self._commit_infos(delta_log, max(latest - limit + 1, 0))
+            return sorted((self._commit(version, info) for version, info in infos),
+                          key=lambda commit: -commit.version)
+        except (TableMissing, NotDeltaTable):
+            raise
+        except Exception as exc:
+            return self._fall_back("recent_commits", exc,
+                                   lambda: self.fallback.recent_commits(name, limit))
+
+    # -- the JVM side ---------------------------------------------------------------------------
+
+    def _delta_log(self, name: str) -> Any:
+        schema, table = name_parts(name)
+        jvm = self.jvm
+        if not self.spark._jsparkSession.catalog().tableExists(schema, table):
+            raise TableMissing(f"{name} not found")
+        identifier = jvm.org.apache.spark.sql.catalyst.TableIdentifier(
+            table, jvm.scala.Option.apply(schema))
+        try:
+            return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+                self.spark._jsparkSession, identifier)
+        except Exception as exc:
+            if "did not specify locationUri" in str(exc):  # a view
+                raise TableMissing(str(exc)) from exc
+            raise
+
+    def _current(self, name: str) -> Any:
+        return self._update(self._delta_log(name), name)
+
+    def _update(self, delta_log: Any, name: str) -> Any:
+        none = self.jvm.scala.Option.empty()
+        snapshot = delta_log.update(False, none, none)
+        if int(snapshot.version()) < 0:
+            raise NotDeltaTable(f"{name} is not a Delta table")
+        return snapshot
+
+    def _commit_infos(self, delta_log: Any, first: int) -> Iterator[Tuple[int, Any]]:
+        """(version, commit info) of every commit from `first` on, oldest first."""
+        changes = delta_log.getChanges(first, self.jvm.scala.Option.empty(), False)
+        while changes.hasNext():
+            pair = changes.next()
+            actions = pair._2().iterator()
+            while actions.hasNext():
+                action = actions.next()
+                if action.getClass().getSimpleName() == "CommitInfo":
+                    yield int(pair._1()), action
+                    break
+
+    def _commit(self, version: int, info: Any) -> Commit:
+        metrics = info.operationMetrics()
+        user_metadata = info.userMetadata()
+        return Commit(version, str(info.operation()),
+                      {k: _plain_parameter(v)
+                       for k, v in self._dict(info.operationParameters()).items()},
+                      self._dict(metrics.get()) if metrics.isDefined() else {},
+                      str(user_metadata.get()) if user_metadata.isDefined() else None)
+
+    def _dict(self, scala_map: Any) -> Dict[str, str]:
+        converted = self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map)
+        return {str(k): str(v) for k, v in dict(converted).items()}
+
+    def _fall_back(self, question: str, error: Exception, ask: Any) -> Any:
+        logger.debug(f"Reading Delta's log in the JVM failed ({question}: "
+                     f"{str(error).splitlines()[0][:200]}); asking through SQL")
+        return ask()

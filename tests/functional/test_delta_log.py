@@ -1,0 +1,122 @@
+"""Delta's log read in the JVM says what SQL says, and commits' row counts match their change feed.
+
+The embedded session answers a step's catalog questions from Delta's log in the driver's JVM
+(execution/delta_log.py, JvmDeltaLog) instead of statements; a Thrift connection asks through SQL
+(SqlDeltaLog). Both must give the same answers on real tables, and the JVM reader must answer
+by itself (a silent fall back to SQL would only show as lost speed).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import pytest
+
+from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
+from dbt.adapters.streamsql.execution import delta_log
+from dbt.adapters.streamsql.execution.delta_log import (
+    JvmDeltaLog,
+    NotDeltaTable,
+    SqlDeltaLog,
+    TableMissing,
+)
+
+SCHEMA = "delta_log_test"
+
+
+class SparkSqlSession:
+    """Just enough of a SqlSession for SqlDeltaLog: rows of a statement as dicts."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def query(self, statement: str) -> List[Dict[str, Any]]:
+        return [row.asDict() for row in self.spark.sql(statement).collect()]
+
+
+@pytest.fixture(scope="module")
+def spark(warehouse_dir):
+    return get_spark_session(SessionSettings(warehouse_dir, "local[2]", {}, 60))
+
+
+@pytest.fixture(scope="module")
+def readers(spark, request):
+    sql_reader = SqlDeltaLog(SparkSqlSession(spark))
+    jvm_reader = JvmDeltaLog(spark, sql_reader)
+
+    def no_fall_back(question, error, ask):
+        raise AssertionError(f"the JVM reader fell back to SQL for {question}: {error}")
+
+    jvm_reader._fall_back = no_fall_back
+    return jvm_reader, sql_reader
+
+
+@pytest.fixture(scope="module")
+def table(spark):
+    name = f"{SCHEMA}.events"
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.sql(f"""CREATE TABLE {name} (id BIGINT, price DECIMAL(10,2), at TIMESTAMP, day DATE,
+                  tags ARRAY<STRING>, span STRUCT<start: TIMESTAMP, `end`: TIMESTAMP>,
+                  attrs MAP<STRING, INT>, part STRING)
+                  USING delta PARTITIONED BY (part)
+                  TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')""")
+    spark.sql(f"""INSERT INTO {name} SELECT id, CAST(id AS DECIMAL(10,2)), TIMESTAMP'2024-01-01',
+                  DATE'2024-01-01', array('a'), named_struct('start', TIMESTAMP'2024-01-01',
+                  'end', TIMESTAMP'2024-01-02'), map('k', 1), CAST(id % 2 AS STRING)
+                  FROM range(10)""")
+    spark.sql(f"""MERGE INTO {name} t USING (SELECT id FROM range(8, 13)) s ON t.id = s.id
+                  WHEN MATCHED AND t.id = 8 THEN DELETE
+                  WHEN MATCHED THEN UPDATE SET price = price + 1
+                  WHEN NOT MATCHED THEN INSERT (id, part) VALUES (s.id, 'x')""")
+    spark.sql(f"DELETE FROM {name} WHERE id < 3")
+    spark.sql(f"UPDATE {name} SET price = 0 WHERE id IN (3, 4)")
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('note' = 'a')")
+    spark.sql(f"INSERT INTO {name} (id, part) VALUES (100, 'y')")
+    return name
+
+
+def test_snapshots_agree(readers, table):
+    jvm, sql = readers
+    from_jvm, from_sql = jvm.snapshot(table), sql.snapshot(table)
+    assert from_jvm == from_sql
+    assert from_jvm.version == 6 and from_jvm.table_id
+    assert from_jvm.properties["delta.enableChangeDataFeed"] == "true"
+    assert [c.data_type for c in from_jvm.columns] == [
+        "bigint", "decimal(10,2)", "timestamp", "date", "array<string>",
+        "struct<start:timestamp,end:timestamp>", "map<string,int>", "string"]
+
+
+def test_commits_agree_and_count_their_change_feed(spark, readers, table):
+    jvm, sql = readers
+    from_jvm, from_sql = jvm.commits(table, 1, 6), sql.commits(table, 1, 6)
+    assert [c.version for c in from_jvm] == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(from_jvm, from_sql):
+        assert (a.operation, dict(a.parameters), dict(a.metrics), a.user_metadata) == (
+            b.operation, dict(b.parameters), dict(b.metrics), b.user_metadata), a.version
+    assert jvm.recent_commits(table, 2) == sql.recent_commits(table, 2)
+    for commit in from_jvm:
+        rows = spark.sql(
+            f"SELECT count(*) AS n, count_if(_change_type IN ('delete', 'update_preimage')) AS r "
+            f"FROM table_changes('{table}', {commit.version}, {commit.version})").collect()[0]
+        assert commit.change_rows == (rows["n"], rows["r"]), (commit.operation, commit.metrics)
+
+
+def test_what_is_not_a_delta_table_or_not_there(spark, readers):
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.plain (a INT) USING parquet")
+    spark.sql(f"CREATE OR REPLACE VIEW {SCHEMA}.a_view AS SELECT 1 AS a")
+    for reader in readers:
+        with pytest.raises(NotDeltaTable):
+            reader.snapshot(f"{SCHEMA}.plain")
+        for name in ("nothing_here", "a_view"):
+            with pytest.raises(TableMissing):
+                reader.snapshot(f"{SCHEMA}.{name}")
+        assert reader.exists(f"{SCHEMA}.plain") and not reader.exists(f"{SCHEMA}.nothing_here")
+
+
+def test_names_may_be_quoted(readers, table):
+    jvm, _ = readers
+    schema, name = table.split(".")
+    assert jvm.version(f"`{schema}`.`{name}`") == jvm.version(table)
+    assert delta_log.name_parts("`a.b`.`c``d`") == ("a.b", "c`d")
