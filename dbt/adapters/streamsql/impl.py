@@ -164,3 +164,12 @@ class StreamSQLAdapter(SparkAdapter):
         with errors_as_dbt_errors():
             result = flush_step(AdapterSqlSession(self), model, log=logger.info)
         return step_response(result)
+
+    @available
+    def streamsql_explain(self, relation: BaseRelation, compiled_sql: str, config: Any) -> str:
+        """What the next step of `relation` would do, without taking it (`streamsql_explain`)."""
+        from dbt.adapters.streamsql.execution.explain import explain_model
+
+        model = model_settings(relation, dict(config or {}), full_refresh=False)
+        with errors_as_dbt_errors():
+            return explain_model(AdapterSqlSession(self), model, compiled_sql)

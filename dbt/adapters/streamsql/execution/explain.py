@@ -1,0 +1,386 @@
+"""`dbt run-operation streamsql_explain`: what the next step of a model would do, without it.
+
+`explain_model` asks what a step asks before it writes anything (phases 1 and 2 of step.py): the
+inputs and the versions the next step would read them up to, the model's last step record, the
+plan, the LATENESS and WATERMARK rules, the key a change is merged by. It only reads: DESCRIBE
+statements, the Delta logs, and the count of the changes WATERMARK holds. `format_explanation`
+turns what it found into the text the operation prints; it and the helpers below it are pure.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple
+
+from dbt.adapters.streamsql.execution import bookkeeping, inputs
+from dbt.adapters.streamsql.execution.commit import merge_key
+from dbt.adapters.streamsql.execution.context import ModelSettings, StepContext, StepError
+from dbt.adapters.streamsql.execution.event_time import EventTimeRules, event_time_rules
+from dbt.adapters.streamsql.execution.progress import StepRecord, sql_fingerprint
+from dbt.adapters.streamsql.execution.sql_session import SqlSession
+from dbt.adapters.streamsql.planning.errors import PlanningError
+from dbt.adapters.streamsql.planning.plan import FAST_PATH, StagePlan, StepPlan
+from dbt.adapters.streamsql.planning.planner import plan_step
+
+RECOMPUTE = "recompute: "
+WIDTH = 100  # the text's lines are wrapped at this many characters
+
+
+@dataclass
+class InputReading:
+    """One input: the version the next step would read it up to, and the last step's."""
+
+    name: str
+    next_version: int
+    last_version: Optional[int] = None  # None: no step has read it yet
+
+
+@dataclass
+class Explanation:
+    """Everything `streamsql_explain` prints about one model."""
+
+    model: ModelSettings
+    plan: StepPlan
+    rules: EventTimeRules
+    key: Optional[Sequence[str]]  # commit.merge_key
+    inputs: List[InputReading]
+    fingerprint: str  # of the SQL explained
+    last: Optional[StepRecord] = None  # the model's last step record; None: not run yet
+    # Why the next step would fail before it reads anything (its SQL changed, the table was
+    # not built by incremental_view); None when it would not.
+    problem: Optional[str] = None
+    held: Optional[int] = None  # copies WATERMARK holds now (None: no watermark or no table)
+    notes: List[str] = field(default_factory=list)
+
+
+def explain_model(session: SqlSession, model: ModelSettings, compiled_sql: str) -> str:
+    """The text of `streamsql_explain` for `model`, whose query is `compiled_sql`.
+
+    Raises:
+        StepError: the plan cannot be made (an input is missing or not readable incrementally,
+            the SQL is not one query, a LATENESS or WATERMARK config is wrong).
+    """
+    ctx = StepContext(session, model)
+    try:
+        return format_explanation(gather(ctx, compiled_sql))
+    except PlanningError as error:
+        raise StepError(f"Model {model.name}: {error}") from error
+    finally:
+        ctx.views.drop_all()
+
+
+def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
+    """What a step would find before it writes anything, asked the way a step asks it."""
+    model = ctx.model
+    read = inputs.describe_inputs(ctx, compiled_sql)
+    output_columns = inputs.describe_query(ctx.session, compiled_sql)
+    plan = plan_step(compiled_sql, [i.table for i in read], output_columns,
+                     inputs.describer(ctx.session, read))
+    rules = event_time_rules(ctx, output_columns)
+    fingerprint = sql_fingerprint(compiled_sql)
+    found = Explanation(model, plan, rules, merge_key(plan, rules.columns),
+                        [InputReading(i.table.name, i.version) for i in read], fingerprint)
+    try:
+        found.last = bookkeeping.last_step(ctx)
+    except StepError as error:
+        found.problem = str(error)
+    last = found.last
+    if last is not None:
+        for reading in found.inputs:
+            reading.last_version = last.input_versions.get(reading.name)
+        if last.sql_fingerprint != fingerprint:
+            found.problem = (
+                f"Model {model.name}: its SQL changed since step {last.step}, so its table no "
+                f"longer matches its query. Run `dbt run --full-refresh --select {model.name}` "
+                "to rebuild it from its inputs.")
+        pending = model.table_name("__pending")
+        if rules.watermark and ctx.delta_log.exists(pending):
+            found.held = int(ctx.session.query(held_count(model.pending_table))[0]["n"])
+    return found
+
+
+def held_count(pending_table: str) -> str:
+    """The copies of changes `__pending` holds (docs/tables.md: its released step is NULL)."""
+    return (f"SELECT COALESCE(SUM(abs(_streamsql_weight)), 0) AS n FROM {pending_table} "
+            "WHERE _streamsql_released_step IS NULL")
+
+
+# -- the text ----------------------------------------------------------------------------------
+
+def format_explanation(found: Explanation) -> str:
+    model, plan = found.model, found.plan
+    lines = [f"streamsql_explain: {model.name} ({model.table_name()})", ""]
+    lines += plan_lines(plan)
+    lines += ["", "Tables:"]
+    lines += aligned(table_rows(model, plan, found.rules))
+    lines += [""] + wrapped(f"Merge key: {merge_key_text(plan, found.rules, found.key)}", "")
+    lines += ["", "LATENESS:"] + lateness_lines(found)
+    lines += ["", "WATERMARK:"] + watermark_lines(found)
+    lines += ["", "Inputs (version read up to):"]
+    lines += aligned([(reading.name, input_text(reading, found.last))
+                      for reading in found.inputs])
+    lines += ["", "Next step:"]
+    for line in next_step_lines(found):
+        lines += wrapped(line, "  ")
+    return "\n".join(lines)
+
+
+def plan_lines(plan: StepPlan) -> List[str]:
+    """The plan, its reason, what is on the fast path and what is recomputed (and how not to)."""
+    rows: List[Tuple[str, str]] = [("reason", plan.reason)]
+    if plan.strategy == "recompute":
+        why = plan.reason[len(RECOMPUTE):] if plan.reason.startswith(RECOMPUTE) else plan.reason
+        rows += [
+            ("fast path", "none: each step evaluates the whole query over its inputs and diffs "
+                          "the result with the model's table (costs more than a full rebuild)"),
+            ("recomputed", f"the whole query, because {why}"),
+            ("to avoid it", avoid_recompute(why)),
+        ]
+        return [f"Plan: {plan.strategy}"] + aligned(rows)
+    top, notes = split_reason(top_reason(plan))
+    below = [note for note in notes if not is_partial_recompute(note)]
+    rows.append(("fast path", ", ".join([top] + below)))
+    for stage in plan.stages:
+        stage_top, stage_notes = split_reason(stage.reason)
+        stage_below = [note for note in stage_notes if not is_partial_recompute(note)]
+        rows.append((stage.name, ", ".join([stage_top] + stage_below)
+                     + f" (an aggregate below the top, {stage_columns(stage)})"))
+        notes += [note for note in stage_notes if is_partial_recompute(note)]
+    partial = [note for note in notes if is_partial_recompute(note)]
+    if not partial:
+        rows.append(("recomputed", "nothing: a step costs its inputs' change"
+                     + (" and the state of the groups it touches"
+                        if plan.aggregate is not None or plan.stages else "")))
+    for note in dict.fromkeys(partial):
+        rows.append(("recomputed", note))
+        rows.append(("to avoid it", avoid_partial_recompute(note)))
+    return [f"Plan: {plan.strategy}"] + aligned(rows)
+
+
+def top_reason(plan: StepPlan) -> str:
+    """The plan's reason without the `fast path: ` prefix and the note on its stages."""
+    reason = plan.reason[len(FAST_PATH):] if plan.reason.startswith(FAST_PATH) else plan.reason
+    if plan.stages:
+        marker = f"; over {len(plan.stages)} stage"
+        if marker in reason:
+            reason = reason[:reason.index(marker)]
+    return reason
+
+
+def split_reason(reason: str) -> Tuple[str, List[str]]:
+    """A fast path's reason as its shape and its notes (`group by (count(*)); min/max ...`)."""
+    parts = [part.strip() for part in reason.split("; ") if part.strip()]
+    return (parts[0] if parts else reason), parts[1:]
+
+
+def is_partial_recompute(note: str) -> bool:
+    return "recompute" in note
+
+
+def stage_columns(stage: StagePlan) -> str:
+    return "columns " + ", ".join(column.name for column in stage.columns)
+
+
+def avoid_partial_recompute(note: str) -> str:
+    if note.startswith("min/max"):
+        return ("a group whose MIN or MAX a deletion (or an update) may have removed is "
+                "recomputed from the inputs; inputs that only gain rows never need it")
+    advice = ("each group a step touches is recomputed from the inputs for these functions; "
+              "COUNT, SUM, AVG, MIN and MAX are kept from the change alone")
+    if "count(distinct)" in note:
+        advice += ("; COUNT(DISTINCT x) can be COUNT(*) over a SELECT DISTINCT of the group's "
+                   "columns and x in a derived table (a stage)")
+    return advice
+
+
+# (pattern in the recompute reason, how to stay on a fast path), first match wins
+RECOMPUTE_ADVICE: Tuple[Tuple[str, str], ...] = (
+    (r"without partition by",
+     "partition the window (PARTITION BY) and filter its rank by a constant (= c, <= c, < c) "
+     "in the query right above it: a top-K per partition is maintained"),
+    (r"window function|named window|window clause|qualify",
+     "only ROW_NUMBER, RANK and DENSE_RANK with PARTITION BY, whose rank the query right above "
+     "filters by a constant (= c, <= c, < c, or QUALIFY), are maintained; compute other window "
+     "functions in a model that is a table, or where the view is read"),
+    (r"^(limit|offset|fetch) ",
+     "keep the top rows per partition instead (ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) "
+     "filtered by <= k in the query above it), or apply the LIMIT where the view is read"),
+    (r"not in \(subquery\) over several columns|correlated not in",
+     "write it as NOT EXISTS correlated by equalities (NOT EXISTS ignores NULLs where NOT IN "
+     "does not: check that they cannot occur)"),
+    (r"without an equality",
+     "add an equality (= or <=>) between the two sides: to the join's ON, or to the "
+     "subquery's WHERE"),
+    (r"(in \(subquery\)|exists) other than",
+     "AND the condition into the WHERE clause where that keeps its meaning, or write it as a "
+     "LEFT SEMI / LEFT ANTI JOIN with an equality"),
+    (r"scalar subquery",
+     "join the subquery instead: an aggregate in a joined derived table is maintained as a "
+     "stage"),
+    (r"nondeterministic function",
+     "compute the value outside the model: in its source, in a model that reads it, or pass a "
+     "constant with var()"),
+    (r"user-defined function",
+     "use Spark's built-in functions, or apply the function where the view is read"),
+    (r"parenthesized join", "write the joins one after another, without parentheses"),
+    (r"^(intersect|except)",
+     "write INTERSECT as IN / EXISTS and EXCEPT as NOT EXISTS (with DISTINCT above for set "
+     "semantics)"),
+    (r"group by all", "list the GROUP BY expressions"),
+    (r"grouping sets|rollup|cube",
+     "one GROUP BY per grouping, as a UNION ALL of them or one model each"),
+    (r"distinct on", "use ROW_NUMBER() OVER (PARTITION BY ...) = 1 in the query above it"),
+    (r"distinct over an aggregate",
+     "drop the DISTINCT (a GROUP BY's rows are distinct already) or apply it in a model that "
+     "reads this one"),
+    (r"merges rows across changes",
+     "use window() (tumbling or hopping windows), which are maintained"),
+    (r"listagg|string_agg",
+     "collect_list() (recomputed for changed groups only) with array_join() in a projection "
+     "above it"),
+    (r"below the top of the query",
+     "move the block into a derived table or CTE that the rest of the query joins or "
+     "aggregates: it is then maintained as a stage"),
+    (r"reads no input", "the query reads no table, so no step ever changes it"),
+    (r"sqlglot cannot parse",
+     "rewrite the construct that sqlglot's Spark dialect cannot parse"),
+    (r"tablesample|pivot|time travel|lateral subquery|recursive cte",
+     "it has no incremental form: a model that must be rebuilt each run costs less as a table "
+     "(no diff)"),
+)
+
+
+def avoid_recompute(why: str) -> str:
+    """How to keep a model on a fast path, for the construct a recompute plan names."""
+    lowered = why.lower()
+    for pattern, advice in RECOMPUTE_ADVICE:
+        if re.search(pattern, lowered):
+            return advice
+    return "see docs/sql-support.md for what the fast paths maintain"
+
+
+def table_rows(model: ModelSettings, plan: StepPlan,
+               rules: EventTimeRules) -> List[Tuple[str, str]]:
+    rows = [(model.table_name(), "the model: one Delta commit per step, with the step record")]
+    for stage in plan.stages:
+        rows.append((model.table_name(f"__streamsql_{stage.name}"),
+                     f"per-group state of {stage.name} (internal)"))
+    if plan.aggregate is not None:
+        rows.append((model.table_name("__streamsql_state"),
+                     "per-group partial aggregates (internal)"))
+    if rules.lateness:
+        rows.append((model.table_name("__late"),
+                     "LATENESS quarantine: late, NULL and future changes"))
+        rows.append((model.table_name("__waterline"), "the waterline of each step"))
+    if rules.watermark:
+        rows.append((model.table_name("__pending"), "changes WATERMARK holds or held"))
+    return rows
+
+
+def merge_key_text(plan: StepPlan, rules: EventTimeRules, key: Optional[Sequence[str]]) -> str:
+    whole = ("a step that only adds rows appends them (INSERT); one that removes rows MERGEs "
+             "the change matching whole rows")
+    if key is not None:
+        if not key:
+            return "the one row of a global aggregate, updated in place (MERGE)"
+        return (f"({', '.join(key)}): a changed group's row is updated in place (MERGE by key); "
+                "a step that only adds rows appends them")
+    if plan.aggregate is not None and plan.aggregate.key_columns is not None:
+        named = ", ".join(plan.aggregate.key_columns)
+        outside = [name for name in rules.columns
+                   if name.lower() not in {k.lower() for k in plan.aggregate.key_columns}]
+        return (f"none: the output names its groups by ({named}), but the LATENESS/WATERMARK "
+                f"column(s) {', '.join(outside)} are not among them, so a group's old and new "
+                f"row can differ in lateness; {whole}")
+    if plan.aggregate is not None:
+        return f"none: the output does not name its groups; {whole}"
+    return f"none: {whole}"
+
+
+def lateness_lines(found: Explanation) -> List[str]:
+    if not found.rules.lateness:
+        return ["  none"]
+    last = found.last
+    lines = []
+    for rule in found.rules.lateness:
+        name = rule.column.name
+        text = f"  {name} ({rule.column.data_type}): lateness {rule.lateness}"
+        if rule.max_future:
+            text += f", max_future {rule.max_future}"
+        lines += wrapped(text, "  ")
+        if last is None:
+            text = ("no step yet: the first step sets the waterline (nothing is late in it but "
+                    "NULL and future values)")
+        elif last.waterline.get(name) is None:
+            text = f"no waterline after step {last.step} yet: no value seen"
+        else:
+            text = (f"waterline after step {last.step}: {last.waterline[name]} (largest value "
+                    f"seen: {last.max_seen.get(name)}); the next step quarantines a change "
+                    "below it")
+        lines += wrapped(text, "    ")
+    return lines
+
+
+def watermark_lines(found: Explanation) -> List[str]:
+    if not found.rules.watermark:
+        return ["  none"]
+    lines = []
+    for rule in found.rules.watermark:
+        name = rule.column.name
+        lines += wrapped(f"{name} ({rule.column.data_type}): watermark {rule.delay}: a change "
+                         f"is held until one at least {rule.delay} newer has been seen", "  ")
+        if found.last is not None:
+            lines += wrapped(f"largest value seen after step {found.last.step}: "
+                             f"{found.last.watermark_seen.get(name)}", "    ")
+    if found.held is not None:
+        lines += wrapped(f"held now: {found.held} change(s); streamsql_flush releases them "
+                         "all", "  ")
+    return lines
+
+
+def input_text(reading: InputReading, last: Optional[StepRecord]) -> str:
+    if last is None or reading.last_version is None:
+        return (f"not read yet; the next step reads version {reading.next_version} "
+                "in full")
+    if reading.last_version == reading.next_version:
+        return f"step {last.step} read version {reading.last_version}; unchanged since"
+    commits = reading.next_version - reading.last_version
+    return (f"step {last.step} read version {reading.last_version}; the next step reads "
+            f"{reading.last_version + 1}..{reading.next_version} ({commits} commit"
+            f"{'s' if commits != 1 else ''})")
+
+
+def next_step_lines(found: Explanation) -> List[str]:
+    last = found.last
+    if found.problem is not None:
+        return [f"fails before it reads anything: {found.problem}"]
+    if last is None:
+        return ["not run yet: the first `dbt run` creates the model's tables and reads every "
+                "input in full"]
+    lines = [f"SQL: the same as step {last.step}'s (fingerprint {found.fingerprint})"]
+    if last.plan and last.plan != found.plan.strategy:
+        lines.append(f"step {last.step} ran a {last.plan} plan ({last.reason})")
+    if all(r.last_version == r.next_version for r in found.inputs):
+        lines.append(f"no input changed since step {last.step}: the next run is not a step "
+                     "(nothing to do)")
+    else:
+        lines.append(f"step {last.step + 1} reads the inputs' changes listed above")
+    return lines
+
+
+def aligned(rows: Sequence[Tuple[str, str]]) -> List[str]:
+    """Labelled rows, the texts in one column, wrapped at WIDTH characters."""
+    width = max((len(label) for label, _ in rows), default=0)
+    lines = []
+    for label, text in rows:
+        indent = " " * (width + 4)
+        lines += textwrap.wrap(text, WIDTH, initial_indent=f"  {label.ljust(width)}  ",
+                               subsequent_indent=indent, break_on_hyphens=False) or [label]
+    return lines
+
+
+def wrapped(text: str, indent: str) -> List[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False)
