@@ -32,7 +32,6 @@ from dbt.adapters.streamsql.planning.plan import (
 )
 from dbt.adapters.streamsql.planning.planner import plan_step
 
-
 T_SCHEMA = "id int, k int, v decimal(10,2), ts timestamp, arr array<int>, s string, n int"
 U_SCHEMA = "k int, w bigint"
 INPUTS = (
@@ -56,10 +55,13 @@ LINEAR = [
     "-- model x\nwith __dbt__cte__x as (select id, k from demo.t where v > 0)\n"
     "select x.id, u.w from __dbt__cte__x x join spark_catalog.demo.u on x.k = u.k;",
     "select id, e from demo.t lateral view explode(arr) tt as e",
-    "select t.id, u1.w, u2.w as w2 from demo.t join demo.u u1 on t.k = u1.k left join demo.u u2 on t.k = u2.k",
-    "select t.id, u.w, t2.id as id2 from demo.t left join demo.u on t.k = u.k join demo.t t2 on t2.id = t.id",
+    "select t.id, u1.w, u2.w as w2 from demo.t join demo.u u1 on t.k = u1.k "
+    "left join demo.u u2 on t.k = u2.k",
+    "select t.id, u.w, t2.id as id2 from demo.t left join demo.u on t.k = u.k "
+    "join demo.t t2 on t2.id = t.id",
     "select t.id, c.x from demo.t cross join (values (1), (2)) as c(x)",
-    "select q.id, q.w + 1 as w1 from (select t.id, u.w from demo.t left join demo.u on t.k = u.k) q where q.id > 3",
+    "select q.id, q.w + 1 as w1 from (select t.id, u.w from demo.t "
+    "left join demo.u on t.k = u.k) q where q.id > 3",
     "select id from demo.t order by id",
     "select a.id, u.w from demo.t a left join demo.u on a.k = u.k left join demo.t b on u.w = b.n",
     # key bounds on timestamps (BETWEEN) and on a decimal compared with a bigint
@@ -102,22 +104,25 @@ LINEAR = [
 ]
 
 AGGREGATE = [
-    "select k, count(*) as n, count(v) as nv, sum(v) as sv, avg(v) as av, min(v) as mn, max(v) as mx "
-    "from demo.t group by k",
+    "select k, count(*) as n, count(v) as nv, sum(v) as sv, avg(v) as av, min(v) as mn, "
+    "max(v) as mx from demo.t group by k",
     "select k, sum(n) as sn from demo.t group by k having count(*) > 1 and max(v) > 0",
     "select distinct k, s from demo.t",
     "select k from demo.t union select k from demo.u",
-    "select count(*) as n, sum(v) as sv, min(v) as mn, max(n) as mx, avg(n) as an, count(s) as cs from demo.t",
+    "select count(*) as n, sum(v) as sv, min(v) as mn, max(n) as mx, avg(n) as an, count(s) as cs "
+    "from demo.t",
     "select k, window(ts, '1 hour').start as ws, count(*) as c, sum(v) as sv from demo.t "
     "group by k, window(ts, '1 hour')",
     "select window(ts, '1 hour', '15 minutes') as w, count(*) as c, max(v) as mx from demo.t "
     "group by window(ts, '1 hour', '15 minutes')",
-    "select date_trunc('hour', ts) as h, max(v) as mx, min(s) as ms from demo.t group by date_trunc('hour', ts)",
+    "select date_trunc('hour', ts) as h, max(v) as mx, min(s) as ms from demo.t "
+    "group by date_trunc('hour', ts)",
     "select floor(n / 10) as b, count(*) as c from demo.t group by floor(n / 10)",
     "select k, count(distinct s) as ds, size(collect_set(s)) as cs, sum(distinct n) as sdn, "
     "count(*) filter (where v > 0) as pos from demo.t group by k",
     "select u.w, count(*) as c, sum(t.v) as sv from demo.t join demo.u on t.k = u.k group by u.w",
-    "select t.k, count(u.w) as c, max(u.w) as mw, min(u.w) as nw from demo.t left join demo.u on t.k = u.k group by t.k",
+    "select t.k, count(u.w) as c, max(u.w) as mw, min(u.w) as nw from demo.t "
+    "left join demo.u on t.k = u.k group by t.k",
     "select k, n * 2 as n2 from (select k, count(*) as n from demo.t group by k) a where n > 1",
     "select k + 1 as kk, sum(n) as sn from demo.t group by 1",
     "select s, avg(n) as an, sum(n * 2) as sn2 from demo.t group by s",
@@ -160,7 +165,9 @@ def random_t_row(rng: random.Random):
         rng.choice([0, 1, 2, 3, None]),
         rng.choice([Decimal(rng.randint(-5000, 5000)) / 100, None, Decimal("1.50")]),
         rng.choice([base + datetime.timedelta(minutes=rng.randint(0, 240)), None]),
-        rng.choice([(), (1,), (1, 2), (rng.randint(0, 3),), None]),  # a tuple: rows must be hashable
+        rng.choice(
+            [(), (1,), (1, 2), (rng.randint(0, 3),), None]
+        ),  # a tuple: rows must be hashable
         rng.choice(["a", "b", "c", None]),
         rng.choice([rng.randint(-30, 30), None]),
     )
@@ -168,8 +175,10 @@ def random_t_row(rng: random.Random):
 
 # Rows inserted and deleted within every step, per input: each value beyond every real one.
 GHOSTS = (
-    [(99, 1, Decimal("99.99"), datetime.datetime(2030, 1, 1), (9,), "zz", 99),
-     (98, 2, Decimal("-99.99"), datetime.datetime(2000, 1, 1), (), "", -99)],
+    [
+        (99, 1, Decimal("99.99"), datetime.datetime(2030, 1, 1), (9,), "zz", 99),
+        (98, 2, Decimal("-99.99"), datetime.datetime(2000, 1, 1), (), "", -99),
+    ],
     [(1, 99), (2, -99)],
 )
 
@@ -222,7 +231,8 @@ _frames = {}
 
 
 def frame(spark, rows, schema):
-    """A DataFrame of local rows, made once per content (creating them is a large part of the runtime)."""
+    """A DataFrame of local rows, made once per content (creating them is a large part of the
+    runtime)."""
     key = (tuple(rows), schema)
     if key not in _frames:
         _frames[key] = spark.createDataFrame(spark_rows(rows), schema)
@@ -321,8 +331,9 @@ def check_aggregate(spark, sql, plan, old, new, delta_sql=None):
 
     register_inputs(spark, old, new)
     spark.createDataFrame(old_state, state_schema).createOrReplaceTempView(STATE)
-    group_delta = materialize(spark, spark.sql(with_bounds(spark, delta_sql, aggregate.bounds)),
-                              GROUP_DELTA)
+    group_delta = materialize(
+        spark, spark.sql(with_bounds(spark, delta_sql, aggregate.bounds)), GROUP_DELTA
+    )
     combine = spark.sql(aggregate.combine_sql)
     assert combine.columns == [c.name for c in aggregate.state_columns]
     combined = combine.collect()
@@ -332,7 +343,9 @@ def check_aggregate(spark, sql, plan, old, new, delta_sql=None):
 
     changed = {key(r) for r in group_delta}
     old_changed = [r for r in old_state if key(r) in changed]
-    new_state = [r for r in old_state if key(r) not in changed] + [r for r in combined if r[COUNT] != 0]
+    new_state = [r for r in old_state if key(r) not in changed] + [
+        r for r in combined if r[COUNT] != 0
+    ]
 
     def output(rows):
         spark.createDataFrame(rows, state_schema).createOrReplaceTempView(GROUPS)
@@ -387,11 +400,18 @@ def t_row(id, k, v=None, n=None):
     return (id, k, None if v is None else Decimal(v), None, None, None, n)
 
 
-T_ROWS = [t_row(1, 1, "5"), t_row(2, 1, "3"), t_row(3, 2, "5"), t_row(4, None, "1"),
-          t_row(5, 3, "2")]
+T_ROWS = [
+    t_row(1, 1, "5"),
+    t_row(2, 1, "3"),
+    t_row(3, 2, "5"),
+    t_row(4, None, "1"),
+    t_row(5, 3, "2"),
+]
 NOT_IN = "select id, k from demo.t where k not in (select k from demo.u)"
-TOP_1 = ("select id, k, v from (select id, k, v, row_number() over (partition by k "
-         "order by v desc, id) as rn from demo.t) q where rn = 1")
+TOP_1 = (
+    "select id, k, v from (select id, k, v, row_number() over (partition by k "
+    "order by v desc, id) as rn from demo.t) q where rn = 1"
+)
 TOP_2_RANK = "select id, k, v from demo.t qualify rank() over (partition by k order by v desc) <= 2"
 IN = "select id, k from demo.t where k in (select k from demo.u)"
 EXISTS = "select id from demo.t where exists (select 1 from demo.u where u.k = t.k)"
@@ -406,39 +426,74 @@ TRICKY = [
     # ... the subquery empties (a NULL outer value is kept again) and fills
     ("not in, the subquery empties", NOT_IN, (T_ROWS, [(1, 1)]), (T_ROWS, [])),
     ("not in, the subquery fills", NOT_IN, (T_ROWS, []), (T_ROWS, [(2, 1)])),
-    ("not in, keys change", NOT_IN, (T_ROWS, [(1, 1), (2, 2)]),
-     (T_ROWS + [t_row(6, 2)], [(3, 1), (2, 2)])),
-    ("not in, NULL stays", NOT_IN, (T_ROWS, [(None, 1)]),
-     (T_ROWS + [t_row(7, 9)], [(None, 1), (1, 1)])),
+    (
+        "not in, keys change",
+        NOT_IN,
+        (T_ROWS, [(1, 1), (2, 2)]),
+        (T_ROWS + [t_row(6, 2)], [(3, 1), (2, 2)]),
+    ),
+    (
+        "not in, NULL stays",
+        NOT_IN,
+        (T_ROWS, [(None, 1)]),
+        (T_ROWS + [t_row(7, 9)], [(None, 1), (1, 1)]),
+    ),
     # a partition's top row deleted, replaced, tied
     ("top-1, top row deleted", TOP_1, (T_ROWS, []), ([r for r in T_ROWS if r[0] != 1], [])),
     ("top-1, new top row", TOP_1, (T_ROWS, []), (T_ROWS + [t_row(8, 1, "9")], [])),
-    ("top-1, last row of a partition deleted", TOP_1, (T_ROWS, []),
-     ([r for r in T_ROWS if r[0] != 3], [])),
+    (
+        "top-1, last row of a partition deleted",
+        TOP_1,
+        (T_ROWS, []),
+        ([r for r in T_ROWS if r[0] != 3], []),
+    ),
     ("top-1, NULL partition", TOP_1, (T_ROWS, []), (T_ROWS + [t_row(9, None, "7")], [])),
-    ("rank <= 2, a tie enters", TOP_2_RANK, (T_ROWS + [t_row(10, 1, "3")], []),
-     (T_ROWS + [t_row(10, 1, "3"), t_row(11, 1, "6")], [])),
+    (
+        "rank <= 2, a tie enters",
+        TOP_2_RANK,
+        (T_ROWS + [t_row(10, 1, "3")], []),
+        (T_ROWS + [t_row(10, 1, "3"), t_row(11, 1, "6")], []),
+    ),
     ("rank <= 2, a tie leaves", TOP_2_RANK, (T_ROWS + [t_row(10, 1, "5")], []), (T_ROWS, [])),
     # a subquery's only match deleted; a duplicate of it deleted (must not remove outer rows)
     ("in, duplicate match deleted", IN, (T_ROWS, [(1, 1), (1, 1)]), (T_ROWS, [(1, 1)])),
     ("in, only match deleted", IN, (T_ROWS, [(1, 1), (2, 1)]), (T_ROWS, [(2, 1)])),
     ("exists, only match deleted", EXISTS, (T_ROWS, [(1, 1), (3, 1)]), (T_ROWS, [(3, 1)])),
-    ("not exists, only match deleted", NOT_EXISTS, (T_ROWS, [(1, 1), (None, 1)]),
-     (T_ROWS, [(None, 1)])),
+    (
+        "not exists, only match deleted",
+        NOT_EXISTS,
+        (T_ROWS, [(1, 1), (None, 1)]),
+        (T_ROWS, [(None, 1)]),
+    ),
     ("not exists, match inserted", NOT_EXISTS, (T_ROWS, []), (T_ROWS, [(2, 4), (2, 4)])),
     # a FULL / RIGHT join's match coming and going (NULL-padded rows disappear and reappear)
     ("full, match comes", FULL, (T_ROWS, [(7, 1)]), (T_ROWS, [(7, 1), (3, 2)])),
-    ("full, match goes", FULL, (T_ROWS, [(3, 2), (7, 1)]),
-     ([r for r in T_ROWS if r[0] != 5], [(7, 1)])),
-    ("full, NULL keys", FULL, (T_ROWS, [(None, 1)]),
-     (T_ROWS + [t_row(12, None)], [(None, 1), (None, 2)])),
-    ("right, match comes and goes", RIGHT, (T_ROWS, [(1, 1), (7, 2)]),
-     ([r for r in T_ROWS if r[1] != 1] + [t_row(13, 7)], [(1, 1), (7, 2)])),
+    (
+        "full, match goes",
+        FULL,
+        (T_ROWS, [(3, 2), (7, 1)]),
+        ([r for r in T_ROWS if r[0] != 5], [(7, 1)]),
+    ),
+    (
+        "full, NULL keys",
+        FULL,
+        (T_ROWS, [(None, 1)]),
+        (T_ROWS + [t_row(12, None)], [(None, 1), (None, 2)]),
+    ),
+    (
+        "right, match comes and goes",
+        RIGHT,
+        (T_ROWS, [(1, 1), (7, 2)]),
+        ([r for r in T_ROWS if r[1] != 1] + [t_row(13, 7)], [(1, 1), (7, 2)]),
+    ),
 ]
 
 
-@pytest.mark.parametrize("name, sql, old, new", TRICKY,
-                         ids=[case[0].replace(", ", "-").replace(" ", "_") for case in TRICKY])
+@pytest.mark.parametrize(
+    "name, sql, old, new",
+    TRICKY,
+    ids=[case[0].replace(", ", "-").replace(" ", "_") for case in TRICKY],
+)
 def test_changes_that_flip_matches_are_exact(spark, name, sql, old, new):
     plan = plan_step(sql, INPUTS, output_columns(spark, sql))
     assert plan.strategy == "linear", plan.reason

@@ -74,8 +74,18 @@ def top_level_names(query: exp.Expression):
 # -- strategy and reason ------------------------------------------------------------------------
 
 LINEAR_CASES = [
-    ("select room, temp from demo.sensors where temp > 20", ("room", "temp"), "fast path: filter, projection", True),
-    ("select * from demo.sensors", ("room", "ts", "temp", "reading", "tags"), "fast path: projection", True),
+    (
+        "select room, temp from demo.sensors where temp > 20",
+        ("room", "temp"),
+        "fast path: filter, projection",
+        True,
+    ),
+    (
+        "select * from demo.sensors",
+        ("room", "ts", "temp", "reading", "tags"),
+        "fast path: projection",
+        True,
+    ),
     (
         "select s.room, r.floor from demo.sensors s join demo.rooms r on s.room = r.room",
         ("room", "floor"),
@@ -88,7 +98,12 @@ LINEAR_CASES = [
         "fast path: projection, left join",
         False,
     ),
-    ("select room from demo.sensors union all select room from demo.rooms", ("room",), "fast path: projection, union all", True),
+    (
+        "select room from demo.sensors union all select room from demo.rooms",
+        ("room",),
+        "fast path: projection, union all",
+        True,
+    ),
     (
         "select room, tag from demo.sensors lateral view explode(tags) t as tag",
         ("room", "tag"),
@@ -96,12 +111,18 @@ LINEAR_CASES = [
         True,
     ),
     (
-        "with __dbt__cte__hot as (select * from demo.sensors where temp > 30) select room from __dbt__cte__hot",
+        "with __dbt__cte__hot as (select * from demo.sensors where temp > 30) "
+        "select room from __dbt__cte__hot",
         ("room",),
         "fast path: filter, projection, derived table",
         True,
     ),
-    ("select s.room, r.floor from demo.sensors s, demo.rooms r", ("room", "floor"), "fast path: projection, inner join", True),
+    (
+        "select s.room, r.floor from demo.sensors s, demo.rooms r",
+        ("room", "floor"),
+        "fast path: projection, inner join",
+        True,
+    ),
     ("select room from demo.sensors order by ts", ("room",), "fast path: projection", True),
     (
         "select s.room, r.floor from demo.sensors s right join demo.rooms r on s.room = r.room",
@@ -135,7 +156,11 @@ def test_linear_shapes(sql, columns, reason, monotonic):
 
 
 AGGREGATE_CASES = [
-    ("select room, count(*) as n from demo.sensors group by room", ("room", "n bigint"), "fast path: group by (count(*))"),
+    (
+        "select room, count(*) as n from demo.sensors group by room",
+        ("room", "n bigint"),
+        "fast path: group by (count(*))",
+    ),
     (
         "select room, sum(temp) as s, avg(temp) as a from demo.sensors group by room",
         ("room", "s decimal(20,2)", "a decimal(14,6)"),
@@ -152,10 +177,19 @@ AGGREGATE_CASES = [
         "fast path: group by; count(distinct) recomputed for changed groups only",
     ),
     ("select distinct room from demo.sensors", ("room",), "fast path: distinct"),
-    ("select room from demo.sensors union select room from demo.rooms", ("room",), "fast path: distinct"),
-    ("select count(*) as n from demo.sensors", ("n bigint",), "fast path: global aggregate (count(*))"),
     (
-        "select room, n from (select room, count(*) as n from demo.sensors group by room) c where n > 2",
+        "select room from demo.sensors union select room from demo.rooms",
+        ("room",),
+        "fast path: distinct",
+    ),
+    (
+        "select count(*) as n from demo.sensors",
+        ("n bigint",),
+        "fast path: global aggregate (count(*))",
+    ),
+    (
+        "select room, n from (select room, count(*) as n from demo.sensors group by room) c "
+        "where n > 2",
         ("room", "n bigint"),
         "fast path: group by (count(*))",
     ),
@@ -172,29 +206,53 @@ def test_aggregate_shapes(sql, columns, reason):
 
 
 RECOMPUTE_CASES = [
-    ("select room, row_number() over (order by ts) as rn from demo.sensors", "window function row_number()"),
+    (
+        "select room, row_number() over (order by ts) as rn from demo.sensors",
+        "window function row_number()",
+    ),
     ("select room, rand() as r from demo.sensors", "nondeterministic function rand()"),
     ("select room, current_timestamp() as t from demo.sensors", "nondeterministic function"),
     ("select room, uuid() as u from demo.sensors", "nondeterministic function uuid()"),
     ("select room, unix_timestamp() as u from demo.sensors", "nondeterministic function"),
-    ("select room, monotonically_increasing_id() as i from demo.sensors", "monotonically_increasing_id()"),
+    (
+        "select room, monotonically_increasing_id() as i from demo.sensors",
+        "monotonically_increasing_id()",
+    ),
     ("select room, my_udf(temp) as x from demo.sensors", "user-defined function my_udf()"),
     ("select room from demo.sensors limit 10", "LIMIT"),
     ("select room from demo.sensors tablesample (10 percent)", "TABLESAMPLE"),
-    ("select s.room from demo.sensors s full join demo.rooms r on s.ts < r.floor",
-     "FULL JOIN without an equality"),
-    ("select s.room from demo.sensors s left anti join demo.rooms r on s.reading > r.floor",
-     "LEFT ANTI JOIN without an equality"),
-    ("select room from demo.sensors where room in (select room from demo.rooms) or reading > 1",
-     "IN (subquery) other than"),
-    ("select room, (select max(floor) from demo.rooms) as top from demo.sensors",
-     "scalar subquery"),
+    (
+        "select s.room from demo.sensors s full join demo.rooms r on s.ts < r.floor",
+        "FULL JOIN without an equality",
+    ),
+    (
+        "select s.room from demo.sensors s left anti join demo.rooms r on s.reading > r.floor",
+        "LEFT ANTI JOIN without an equality",
+    ),
+    (
+        "select room from demo.sensors where room in (select room from demo.rooms) or reading > 1",
+        "IN (subquery) other than",
+    ),
+    (
+        "select room, (select max(floor) from demo.rooms) as top from demo.sensors",
+        "scalar subquery",
+    ),
     ("select room from demo.sensors intersect select room from demo.rooms", "INTERSECT"),
     ("select room from demo.sensors except select room from demo.rooms", "EXCEPT"),
-    ("select s.room from demo.sensors s left join demo.rooms r on s.ts < r.floor", "LEFT JOIN without an equality"),
+    (
+        "select s.room from demo.sensors s left join demo.rooms r on s.ts < r.floor",
+        "LEFT JOIN without an equality",
+    ),
     ("select room, count(*) as n from demo.sensors group by room with rollup", "ROLLUP"),
-    ("select room, count(*) as n from demo.sensors group by grouping sets ((room), ())", "GROUPING SETS"),
-    ("select session_window(ts, '5 minutes') as w, count(*) as n from demo.sensors group by session_window(ts, '5 minutes')", "session_window()"),
+    (
+        "select room, count(*) as n from demo.sensors group by grouping sets ((room), ())",
+        "GROUPING SETS",
+    ),
+    (
+        "select session_window(ts, '5 minutes') as w, count(*) as n from demo.sensors "
+        "group by session_window(ts, '5 minutes')",
+        "session_window()",
+    ),
     ("select collect_list(room) as rooms from demo.sensors", "without GROUP BY"),
     ("select room, count(*) as n from demo.sensors group by room order by n desc limit 3", "LIMIT"),
     ("select room from demo.sensors where ((", "sqlglot cannot parse"),
@@ -233,8 +291,10 @@ def test_emitted_sql_parses_and_reads_inputs_only_through_placeholders(sql, colu
         assert isinstance(parse(statement), exp.Query), statement
         assert "demo." not in statement
         for name in table_names(statement):
-            assert PLACEHOLDER.fullmatch(name) or name in (STATE, GROUP_DELTA, GROUPS, TARGET) or name.startswith(
-                "_streamsql"
+            assert (
+                PLACEHOLDER.fullmatch(name)
+                or name in (STATE, GROUP_DELTA, GROUPS, TARGET)
+                or name.startswith("_streamsql")
             ), name
         for kind, index in PLACEHOLDER.findall(statement):
             assert int(index) < len(step.inputs) + len(step.stages)
@@ -256,7 +316,13 @@ def test_table_reference_keeps_its_alias_or_its_name():
 
 
 @pytest.mark.parametrize(
-    "reference", ["`demo`.`sensors`", "spark_catalog.demo.sensors", "DEMO.Sensors", "`spark_catalog`.demo.`sensors`"]
+    "reference",
+    [
+        "`demo`.`sensors`",
+        "spark_catalog.demo.sensors",
+        "DEMO.Sensors",
+        "`spark_catalog`.demo.`sensors`",
+    ],
 )
 def test_table_references_match_on_their_last_two_parts(reference):
     step = plan(f"select room from {reference}", "room")
@@ -265,13 +331,20 @@ def test_table_references_match_on_their_last_two_parts(reference):
 
 
 def test_linear_change_has_the_output_columns_then_the_weight():
-    columns = [Column("r", "string"), Column("(temp * 2)", "decimal(21,2)"), Column("reading", "int")]
+    columns = [
+        Column("r", "string"),
+        Column("(temp * 2)", "decimal(21,2)"),
+        Column("reading", "int"),
+    ]
     step = plan_step("select room as r, temp * 2, reading from demo.sensors", INPUTS, columns)
     assert top_level_names(parse(step.change_sql)) == ["r", "(temp * 2)", "reading", WEIGHT]
 
 
 def test_star_expansion_never_leaks_the_weight_column():
-    step = plan("select * from demo.sensors s join demo.rooms r on s.room = r.room", *"room ts temp reading tags room floor".split())
+    step = plan(
+        "select * from demo.sensors s join demo.rooms r on s.room = r.room",
+        *"room ts temp reading tags room floor".split(),
+    )
     for branch in parse(step.change_sql).find_all(exp.Select):
         names = [p.alias_or_name for p in branch.expressions]
         assert names.count(WEIGHT) <= 1
@@ -280,7 +353,11 @@ def test_star_expansion_never_leaks_the_weight_column():
 
 
 def test_inner_join_delta_is_delta_left_with_new_right_plus_old_left_with_delta_right():
-    step = plan("select s.room, r.floor from demo.sensors s join demo.rooms r on s.room = r.room", "room", "floor")
+    step = plan(
+        "select s.room, r.floor from demo.sensors s join demo.rooms r on s.room = r.room",
+        "room",
+        "floor",
+    )
     union = parse(step.change_sql)
     branches = [union.this, union.expression]
     assert [sorted(table_names(b.sql("spark"))) for b in branches] == [
@@ -291,7 +368,11 @@ def test_inner_join_delta_is_delta_left_with_new_right_plus_old_left_with_delta_
 
 
 def test_left_join_delta_recomputes_changed_keys_null_safely():
-    step = plan("select s.room, r.floor from demo.sensors s left join demo.rooms r on s.room = r.room", "room", "floor")
+    step = plan(
+        "select s.room, r.floor from demo.sensors s left join demo.rooms r on s.room = r.room",
+        "room",
+        "floor",
+    )
     union = parse(step.change_sql)
     new_branch, old_branch = union.this, union.expression
     assert {"__streamsql_new_0__", "__streamsql_new_1__"} <= table_names(new_branch.sql("spark"))
@@ -324,9 +405,14 @@ def test_several_statements_are_a_planning_error():
 
 
 def test_recompute_keeps_the_users_text_and_diffs_with_the_target():
-    sql = "-- top\nselect room, row_number() over (order by ts) as rn from demo.sensors s -- tail\n;"
+    sql = (
+        "-- top\nselect room, row_number() over (order by ts) as rn from demo.sensors s -- tail\n;"
+    )
     step = plan(sql, "room", "rn bigint")
-    assert "row_number() over (order by ts) as rn from __streamsql_new_0__ s -- tail\n" in step.change_sql
+    assert (
+        "row_number() over (order by ts) as rn from __streamsql_new_0__ s -- tail\n"
+        in step.change_sql
+    )
     tree = parse(step.change_sql)
     assert top_level_names(tree) == ["room", "rn", WEIGHT]
     assert TARGET in table_names(step.change_sql)
@@ -341,7 +427,9 @@ def test_recompute_of_unparseable_sql_replaces_tables_by_tokens():
 def test_recompute_does_not_touch_cte_names():
     sql = "with hot as (select * from demo.sensors) select room, rand() as r from hot"
     step = plan(sql, "room", "r double")
-    assert "from __streamsql_new_0__ AS sensors) select room, rand() as r from hot" in step.change_sql
+    assert (
+        "from __streamsql_new_0__ AS sensors) select room, rand() as r from hot" in step.change_sql
+    )
 
 
 # -- aggregate ----------------------------------------------------------------------------------
@@ -353,7 +441,9 @@ WINDOWED = (
 
 
 def windowed_plan():
-    return plan(WINDOWED, "room", "window_start timestamp", "avg_temp decimal(14,6)", "n bigint").aggregate
+    return plan(
+        WINDOWED, "room", "window_start timestamp", "avg_temp decimal(14,6)", "n bigint"
+    ).aggregate
 
 
 def test_state_columns_are_groups_count_then_partials():
@@ -371,18 +461,29 @@ def test_state_columns_are_groups_count_then_partials():
 def test_delta_sql_produces_every_state_column():
     aggregate = windowed_plan()
     names = top_level_names(parse(aggregate.delta_sql))
-    assert [c.name for c in aggregate.state_columns] == [n for n in names if not n.endswith("_deleted")]
+    assert [c.name for c in aggregate.state_columns] == [
+        n for n in names if not n.endswith("_deleted")
+    ]
 
 
 def test_combine_sql_produces_exactly_the_state_columns():
     aggregate = windowed_plan()
-    assert top_level_names(parse(aggregate.combine_sql)) == [c.name for c in aggregate.state_columns]
+    assert top_level_names(parse(aggregate.combine_sql)) == [
+        c.name for c in aggregate.state_columns
+    ]
     assert {STATE, GROUP_DELTA} <= table_names(aggregate.combine_sql)
 
 
 def test_output_sql_uses_group_columns_for_group_expressions():
     output = windowed_plan().output_sql
-    assert top_level_names(parse(output)) == ["room", "window_start", "avg_temp", "n", "_streamsql_g0", "_streamsql_g1"]
+    assert top_level_names(parse(output)) == [
+        "room",
+        "window_start",
+        "avg_temp",
+        "n",
+        "_streamsql_g0",
+        "_streamsql_g1",
+    ]
     assert "_streamsql_g1.start AS window_start" in output
     assert "CAST(_streamsql_count AS BIGINT) AS n" in output
     assert "WHERE _streamsql_count > 0" in output
@@ -391,12 +492,17 @@ def test_output_sql_uses_group_columns_for_group_expressions():
 
 def test_decimal_avg_follows_sparks_result_type():
     output = windowed_plan().output_sql
-    assert "CAST(_streamsql_a0 AS DECIMAL(20, 2)) / CAST(_streamsql_a0_n AS DECIMAL(20, 0)) AS DECIMAL(14, 6)" in output
+    assert (
+        "CAST(_streamsql_a0 AS DECIMAL(20, 2)) / CAST(_streamsql_a0_n AS DECIMAL(20, 0)) "
+        "AS DECIMAL(14, 6)"
+        in output
+    )
 
 
 def test_hopping_window_group_by_is_parsed():
     step = plan(
-        "select window(ts, '1 hour', '15 minutes') as w, count(*) as n from demo.sensors group by window(ts, '1 hour', '15 minutes')",
+        "select window(ts, '1 hour', '15 minutes') as w, count(*) as n from demo.sensors "
+        "group by window(ts, '1 hour', '15 minutes')",
         "w struct<start:timestamp,end:timestamp>",
         "n bigint",
     )
@@ -406,13 +512,20 @@ def test_hopping_window_group_by_is_parsed():
 
 def test_group_by_alias_and_ordinal_resolve_to_the_expression():
     for group_by in ("1", "bucket"):
-        step = plan(f"select floor(reading / 10) as bucket, count(*) as n from demo.sensors group by {group_by}", "bucket bigint", "n bigint")
+        step = plan(
+            "select floor(reading / 10) as bucket, count(*) as n from demo.sensors "
+            f"group by {group_by}",
+            "bucket bigint",
+            "n bigint",
+        )
         assert step.strategy == "aggregate"
         assert "_streamsql_g0 AS bucket" in step.aggregate.output_sql
 
 
 def test_having_may_use_aggregates_not_selected():
-    step = plan("select room from demo.sensors group by room having max(temp) > 30 and count(*) > 1", "room")
+    step = plan(
+        "select room from demo.sensors group by room having max(temp) > 30 and count(*) > 1", "room"
+    )
     assert step.strategy == "aggregate"
     output = step.aggregate.output_sql
     assert "_streamsql_a0 > 30" in output and "_streamsql_count > 1" in output
@@ -420,7 +533,9 @@ def test_having_may_use_aggregates_not_selected():
 
 
 def test_global_aggregate_always_has_one_row():
-    step = plan("select count(*) as n, sum(temp) as s from demo.sensors", "n bigint", "s decimal(20,2)")
+    step = plan(
+        "select count(*) as n, sum(temp) as s from demo.sensors", "n bigint", "s decimal(20,2)"
+    )
     output = step.aggregate.output_sql
     assert step.aggregate.group_columns == ()
     assert "LEFT JOIN __streamsql_groups__ ON TRUE" in output
@@ -429,7 +544,9 @@ def test_global_aggregate_always_has_one_row():
 
 
 def test_min_max_recompute_only_groups_whose_extreme_may_be_deleted():
-    step = plan("select room, max(temp) as hi from demo.sensors group by room", "room", "hi decimal(10,2)")
+    step = plan(
+        "select room, max(temp) as hi from demo.sensors group by room", "room", "hi decimal(10,2)"
+    )
     combine = step.aggregate.combine_sql
     assert "GREATEST(s._streamsql_a0, d._streamsql_a0)" in combine
     assert "d._streamsql_a0_deleted < s._streamsql_a0" in combine
@@ -442,10 +559,15 @@ def test_min_max_recompute_only_groups_whose_extreme_may_be_deleted():
     assert "FILTER(WHERE _streamsql_changes._streamsql_weight < 0)" in delta
 
 
-
 def test_min_max_without_deletions_combine_from_the_state_alone():
-    step = plan("select room, min(temp) as lo, max(reading) as hi, count(*) as n from demo.sensors group by room",
-                "room", "lo decimal(10,2)", "hi int", "n bigint")
+    step = plan(
+        "select room, min(temp) as lo, max(reading) as hi, count(*) as n from demo.sensors "
+        "group by room",
+        "room",
+        "lo decimal(10,2)",
+        "hi int",
+        "n bigint",
+    )
     shortcut = step.aggregate.combine_without_recompute_sql
     assert "LEAST(s._streamsql_a0, d._streamsql_a0)" in shortcut
     assert "GREATEST(s._streamsql_a1, d._streamsql_a1)" in shortcut
@@ -458,38 +580,57 @@ def test_min_max_without_deletions_combine_from_the_state_alone():
     assert "_streamsql_a1 > _streamsql_a1_deleted" in check  # MAX: a larger one
 
 
-@pytest.mark.parametrize("sql, columns", [
-    ("select room, sum(temp) as s from demo.sensors group by room", ("room", "s decimal(20,2)")),
-    ("select room, max(temp) as hi, count(distinct reading) as n from demo.sensors group by room",
-     ("room", "hi decimal(10,2)", "n bigint")),
-])
+@pytest.mark.parametrize(
+    "sql, columns",
+    [
+        (
+            "select room, sum(temp) as s from demo.sensors group by room",
+            ("room", "s decimal(20,2)"),
+        ),
+        (
+            "select room, max(temp) as hi, count(distinct reading) as n from demo.sensors "
+            "group by room",
+            ("room", "hi decimal(10,2)", "n bigint"),
+        ),
+    ],
+)
 def test_no_shortcut_when_nothing_or_everything_is_recomputed(sql, columns):
     step = plan(sql, *columns)
     assert step.aggregate.combine_without_recompute_sql is None
     assert step.aggregate.recompute_check_sql is None
 
+
 def test_other_aggregates_recompute_changed_groups_from_new_inputs():
     step = plan(
-        "select room, count(distinct reading) as n, sum(temp) filter (where reading > 0) as s from demo.sensors group by room",
+        "select room, count(distinct reading) as n, sum(temp) filter (where reading > 0) as s "
+        "from demo.sensors group by room",
         "room",
         "n bigint",
         "s decimal(20,2)",
     )
     combine = step.aggregate.combine_sql
-    assert "COUNT(DISTINCT" in combine and "LEFT SEMI JOIN" in combine and "__streamsql_new_0__" in combine
+    assert (
+        "COUNT(DISTINCT" in combine
+        and "LEFT SEMI JOIN" in combine
+        and "__streamsql_new_0__" in combine
+    )
     assert "count(distinct), sum filter recomputed for changed groups only" in step.reason
 
 
 def test_aggregate_over_a_join_uses_the_join_delta():
     step = plan(
-        "select r.floor, count(*) as n from demo.sensors s join demo.rooms r on s.room = r.room group by r.floor",
+        "select r.floor, count(*) as n from demo.sensors s join demo.rooms r on s.room = r.room "
+        "group by r.floor",
         "floor bigint",
         "n bigint",
     )
     assert step.strategy == "aggregate"
-    assert {"__streamsql_delta_0__", "__streamsql_new_1__", "__streamsql_old_0__", "__streamsql_delta_1__"} <= table_names(
-        step.aggregate.delta_sql
-    )
+    assert {
+        "__streamsql_delta_0__",
+        "__streamsql_new_1__",
+        "__streamsql_old_0__",
+        "__streamsql_delta_1__",
+    } <= table_names(step.aggregate.delta_sql)
     assert step.aggregate.state_columns[0] == Column("_streamsql_g0", "bigint")
 
 
@@ -498,25 +639,45 @@ def test_sum_of_a_string_is_recomputed_per_group():
     assert "sum recomputed for changed groups only" in step.reason
 
 
-@pytest.mark.parametrize("sql, columns, key", [
-    ("select room, count(*) as n from demo.sensors group by room", ("room", "n bigint"), ("room",)),
-    ("select window(ts, '1 hour').start as hour, room, max(temp) as hi from demo.sensors "
-     "group by room, window(ts, '1 hour')", ("hour timestamp", "room", "hi decimal(10,2)"), ("room", "hour")),
-    ("select count(*) as n from demo.sensors", ("n bigint",), ()),
-    ("select distinct room, reading from demo.sensors", ("room", "reading int"), ("room", "reading")),
-    # the group is not named by the output: no key
-    ("select count(*) as n from demo.sensors group by room", ("n bigint",), None),
-    ("select room, n from (select room, count(*) as n from demo.sensors group by room) c where n > 2",
-     ("room", "n bigint"), None),
-])
+@pytest.mark.parametrize(
+    "sql, columns, key",
+    [
+        (
+            "select room, count(*) as n from demo.sensors group by room",
+            ("room", "n bigint"),
+            ("room",),
+        ),
+        (
+            "select window(ts, '1 hour').start as hour, room, max(temp) as hi from demo.sensors "
+            "group by room, window(ts, '1 hour')",
+            ("hour timestamp", "room", "hi decimal(10,2)"),
+            ("room", "hour"),
+        ),
+        ("select count(*) as n from demo.sensors", ("n bigint",), ()),
+        (
+            "select distinct room, reading from demo.sensors",
+            ("room", "reading int"),
+            ("room", "reading"),
+        ),
+        # the group is not named by the output: no key
+        ("select count(*) as n from demo.sensors group by room", ("n bigint",), None),
+        (
+            "select room, n from (select room, count(*) as n from demo.sensors group by room) c "
+            "where n > 2",
+            ("room", "n bigint"),
+            None,
+        ),
+    ],
+)
 def test_key_columns_name_each_group_in_the_output(sql, columns, key):
     assert plan(sql, *columns).aggregate.key_columns == key
 
 
 # -- RIGHT and FULL joins -------------------------------------------------------------------------
 
-FULL_JOIN = ("select s.room, s.ts, r.floor from demo.sensors s "
-             "full join demo.rooms r on s.room = r.room")
+FULL_JOIN = (
+    "select s.room, s.ts, r.floor from demo.sensors s full join demo.rooms r on s.room = r.room"
+)
 
 
 def test_full_join_restricts_both_sides_to_the_changed_keys():
@@ -524,7 +685,9 @@ def test_full_join_restricts_both_sides_to_the_changed_keys():
     union = parse(step.change_sql)
     new_branch, old_branch = union.this, union.expression
     assert [b.expressions[-1].this.sql("spark") for b in (new_branch, old_branch)] == [
-        "CAST(1 AS BIGINT)", "CAST(-1 AS BIGINT)"]
+        "CAST(1 AS BIGINT)",
+        "CAST(-1 AS BIGINT)",
+    ]
     for branch, version in ((new_branch, "new"), (old_branch, "old")):
         joins = branch.args["joins"]
         assert [(j.side, j.kind) for j in joins] == [("LEFT", "SEMI"), ("FULL", "")]
@@ -539,38 +702,52 @@ def test_full_join_restricts_both_sides_to_the_changed_keys():
 
 
 def test_right_join_is_the_full_join_rule():
-    step = plan("select s.room, r.floor from demo.sensors s right join demo.rooms r "
-                "on s.room = r.room and s.reading > r.floor", "room", "floor bigint")
+    step = plan(
+        "select s.room, r.floor from demo.sensors s right join demo.rooms r "
+        "on s.room = r.room and s.reading > r.floor",
+        "room",
+        "floor bigint",
+    )
     branch = parse(step.change_sql).this
     assert [(j.side, j.kind) for j in branch.args["joins"]] == [("LEFT", "SEMI"), ("RIGHT", "")]
     assert "s.reading > r.floor" in branch.args["joins"][1].args["on"].sql("spark")
 
 
 def test_outer_join_terms_are_bounded_by_the_changed_keys_on_both_sides():
-    step = plan("select s.room, r.floor from demo.sensors s "
-                "full join demo.rooms r on s.reading = r.floor", "room", "floor bigint")
+    step = plan(
+        "select s.room, r.floor from demo.sensors s full join demo.rooms r on s.reading = r.floor",
+        "room",
+        "floor bigint",
+    )
     by_column = {(b.column, b.operator): b.value for b in step.bounds}
     # both changes bring keys: the range is the widest of the two
     assert by_column[("s.reading", ">=")] == (
         "LEAST((SELECT MIN(s.reading) FROM __streamsql_delta_0__ AS s), "
-        "(SELECT MIN(r.floor) FROM __streamsql_delta_1__ AS r))")
+        "(SELECT MIN(r.floor) FROM __streamsql_delta_1__ AS r))"
+    )
     assert ("r.floor", "<=") in by_column
     # NULL keys are a key like any other (the restriction is null-safe)
     assert "OR s.reading IS NULL" in step.change_sql and "OR r.floor IS NULL" in step.change_sql
 
 
 def test_left_join_right_side_bound_goes_into_its_on_clause():
-    step = plan("select s.room, r.floor from demo.sensors s "
-                "left join demo.rooms r on s.reading = r.floor", "room", "floor bigint")
+    step = plan(
+        "select s.room, r.floor from demo.sensors s left join demo.rooms r on s.reading = r.floor",
+        "room",
+        "floor bigint",
+    )
     joins = parse(step.change_sql).this.args["joins"]
     join = [j for j in joins if j.side == "LEFT" and not j.kind][0]
     assert "OR r.floor IS NULL" in join.args["on"].sql("spark")
 
 
 def test_an_aggregate_over_a_full_join_names_it():
-    step = plan("select r.floor, count(*) as n from demo.sensors s "
-                "full join demo.rooms r on s.room = r.room group by r.floor",
-                "floor bigint", "n bigint")
+    step = plan(
+        "select r.floor, count(*) as n from demo.sensors s "
+        "full join demo.rooms r on s.room = r.room group by r.floor",
+        "floor bigint",
+        "n bigint",
+    )
     assert step.strategy == "aggregate"
     assert step.reason == "fast path: group by (count(*)); over full join"
     assert "FULL JOIN" in step.aggregate.delta_sql

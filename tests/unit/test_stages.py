@@ -15,10 +15,13 @@ from sqlglot import exp
 from dbt.adapters.streamsql.planning.plan import Column, InputTable
 from dbt.adapters.streamsql.planning.planner import plan_step
 
-BIDS = InputTable("demo.bids", (Column("auction", "bigint"), Column("price", "bigint"),
-                                Column("ts", "timestamp")))
-AUCTIONS = InputTable("demo.auctions", (Column("id", "bigint"), Column("category", "bigint"),
-                                        Column("ts", "timestamp")))
+BIDS = InputTable(
+    "demo.bids", (Column("auction", "bigint"), Column("price", "bigint"), Column("ts", "timestamp"))
+)
+AUCTIONS = InputTable(
+    "demo.auctions",
+    (Column("id", "bigint"), Column("category", "bigint"), Column("ts", "timestamp")),
+)
 INPUTS = (BIDS, AUCTIONS)
 PLACEHOLDER = re.compile(r"__streamsql_(new|old|delta)_(\d+)__")
 
@@ -52,17 +55,35 @@ def stage_sql(stage):
     return [aggregate.delta_sql, aggregate.combine_sql, aggregate.output_sql]
 
 
-@pytest.mark.parametrize("sql, columns, strategy, count", [
-    (HIGHEST_BID, ("auction bigint", "price bigint"), "linear", 1),
-    (AVERAGE_OF_MAXIMA, ("category bigint", "avg_final double"), "aggregate", 1),
-    (HOT_ITEMS, ("auction bigint", "n bigint", "ws timestamp"), "linear", 2),
-    ("select k, n from (select auction as k, count(*) as n from demo.bids group by auction) c "
-     "join demo.auctions a on c.k = a.id", ("k bigint", "n bigint"), "linear", 1),
-    ("select auction from demo.bids union all "
-     "select id from demo.auctions group by id having count(*) > 1", ("auction bigint",), "linear", 1),
-    ("select n, count(*) as groups from (select auction, count(*) as n from demo.bids "
-     "group by auction) c group by n", ("n bigint", "groups bigint"), "aggregate", 1),
-])
+@pytest.mark.parametrize(
+    "sql, columns, strategy, count",
+    [
+        (HIGHEST_BID, ("auction bigint", "price bigint"), "linear", 1),
+        (AVERAGE_OF_MAXIMA, ("category bigint", "avg_final double"), "aggregate", 1),
+        (HOT_ITEMS, ("auction bigint", "n bigint", "ws timestamp"), "linear", 2),
+        (
+            "select k, n from (select auction as k, count(*) as n from demo.bids "
+            "group by auction) c join demo.auctions a on c.k = a.id",
+            ("k bigint", "n bigint"),
+            "linear",
+            1,
+        ),
+        (
+            "select auction from demo.bids union all "
+            "select id from demo.auctions group by id having count(*) > 1",
+            ("auction bigint",),
+            "linear",
+            1,
+        ),
+        (
+            "select n, count(*) as groups from (select auction, count(*) as n from demo.bids "
+            "group by auction) c group by n",
+            ("n bigint", "groups bigint"),
+            "aggregate",
+            1,
+        ),
+    ],
+)
 def test_aggregates_below_the_top_become_stages(sql, columns, strategy, count):
     step = plan(sql, *columns)
     assert step.strategy == strategy, step.reason
@@ -88,14 +109,21 @@ def test_a_cte_read_twice_is_one_stage():
 
 
 def test_stage_columns_take_the_names_of_a_derived_tables_column_list():
-    step = plan("select c.key, c.cnt from (select auction, count(*) from demo.bids group by auction) "
-                "c(key, cnt) join demo.auctions a on c.key = a.id", "key bigint", "cnt bigint")
+    step = plan(
+        "select c.key, c.cnt from (select auction, count(*) from demo.bids group by auction) "
+        "c(key, cnt) join demo.auctions a on c.key = a.id",
+        "key bigint",
+        "cnt bigint",
+    )
     assert [c.name for c in step.stages[0].columns] == ["key", "cnt"]
 
 
 def test_the_top_aggregate_and_projections_over_it_are_not_stages():
-    step = plan("select room_n from (select auction, count(*) as room_n from demo.bids "
-                "group by auction) c where room_n > 1", "room_n bigint")
+    step = plan(
+        "select room_n from (select auction, count(*) as room_n from demo.bids "
+        "group by auction) c where room_n > 1",
+        "room_n bigint",
+    )
     assert step.strategy == "aggregate"
     assert step.stages == ()
 
@@ -106,8 +134,15 @@ def test_describe_gets_a_select_over_new_inputs_and_its_types_reach_the_plan():
     def describe(select):
         seen.append(select)
         tree = sqlglot.parse_one(select, read="spark")
-        assert {t.name for t in tree.find_all(exp.Table)} == {"__streamsql_new_0__", "__streamsql_new_1__"}
-        return [Column("id", "bigint"), Column("category", "bigint"), Column("final", "decimal(20,0)")]
+        assert {t.name for t in tree.find_all(exp.Table)} == {
+            "__streamsql_new_0__",
+            "__streamsql_new_1__",
+        }
+        return [
+            Column("id", "bigint"),
+            Column("category", "bigint"),
+            Column("final", "decimal(20,0)"),
+        ]
 
     step = plan(AVERAGE_OF_MAXIMA, "category bigint", "avg_final decimal(24,4)", describe=describe)
     assert len(seen) == 1
@@ -126,8 +161,11 @@ def test_a_nested_stage_is_described_with_the_stage_it_reads_put_back():
 
     def describe(select):
         seen.append(select)
-        return [Column("ws", "timestamp"), Column("top", "bigint")] if "max" in select.lower() else [
-            Column("auction", "bigint"), Column("ws", "timestamp"), Column("n", "bigint")]
+        return (
+            [Column("ws", "timestamp"), Column("top", "bigint")]
+            if "max" in select.lower()
+            else [Column("auction", "bigint"), Column("ws", "timestamp"), Column("n", "bigint")]
+        )
 
     plan(HOT_ITEMS, "auction bigint", "n bigint", "ws timestamp", describe=describe)
     assert len(seen) == 2
@@ -136,9 +174,12 @@ def test_a_nested_stage_is_described_with_the_stage_it_reads_put_back():
 
 
 def test_a_stage_that_cannot_be_planned_makes_the_whole_model_recompute():
-    step = plan("select c.auction, c.n from (select distinct auction, count(*) as n "
-                "from demo.bids group by auction) c join demo.auctions a on c.auction = a.id",
-                "auction bigint", "n bigint")
+    step = plan(
+        "select c.auction, c.n from (select distinct auction, count(*) as n "
+        "from demo.bids group by auction) c join demo.auctions a on c.auction = a.id",
+        "auction bigint",
+        "n bigint",
+    )
     assert step.strategy == "recompute"
     assert step.stages == ()
     assert step.reason == "recompute: DISTINCT over an aggregate is not maintained incrementally"

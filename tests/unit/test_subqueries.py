@@ -12,16 +12,28 @@ from sqlglot import exp
 from dbt.adapters.streamsql.planning.plan import Column, InputTable
 from dbt.adapters.streamsql.planning.planner import plan_step
 
-ORDERS = InputTable("demo.orders", (
-    Column("id", "bigint"), Column("customer", "bigint"), Column("amount", "bigint"),
-))
-CUSTOMERS = InputTable("demo.customers", (
-    Column("id", "bigint"), Column("region", "string"), Column("since", "bigint"),
-))
+ORDERS = InputTable(
+    "demo.orders",
+    (
+        Column("id", "bigint"),
+        Column("customer", "bigint"),
+        Column("amount", "bigint"),
+    ),
+)
+CUSTOMERS = InputTable(
+    "demo.customers",
+    (
+        Column("id", "bigint"),
+        Column("region", "string"),
+        Column("since", "bigint"),
+    ),
+)
 INPUTS = (ORDERS, CUSTOMERS)
 
-IN_EU = ("select id from demo.orders "
-         "where customer in (select id from demo.customers where region = 'eu')")
+IN_EU = (
+    "select id from demo.orders "
+    "where customer in (select id from demo.customers where region = 'eu')"
+)
 NOT_IN = "select id from demo.orders where customer not in (select id from demo.customers)"
 
 
@@ -43,22 +55,37 @@ def branches(sql):
     return [node] + found[::-1]
 
 
-@pytest.mark.parametrize("sql, construct, kind", [
-    (IN_EU, "in (subquery)", "SEMI"),
-    ("select id from demo.orders "
-     "where (customer, amount) in (select id, since from demo.customers)",
-     "in (subquery)", "SEMI"),
-    ("select id from demo.orders o "
-     "where exists (select 1 from demo.customers c where c.id = o.customer)",
-     "exists", "SEMI"),
-    ("select id from demo.orders o where not exists (select * from demo.customers c "
-     "where c.id = o.customer and c.since > o.amount)",
-     "not exists", "ANTI"),
-    ("select id from demo.orders o "
-     "where amount in (select since from demo.customers c where c.id = o.customer)",
-     "in (subquery)", "SEMI"),
-    (NOT_IN, "not in (subquery)", "ANTI"),
-])
+@pytest.mark.parametrize(
+    "sql, construct, kind",
+    [
+        (IN_EU, "in (subquery)", "SEMI"),
+        (
+            "select id from demo.orders "
+            "where (customer, amount) in (select id, since from demo.customers)",
+            "in (subquery)",
+            "SEMI",
+        ),
+        (
+            "select id from demo.orders o "
+            "where exists (select 1 from demo.customers c where c.id = o.customer)",
+            "exists",
+            "SEMI",
+        ),
+        (
+            "select id from demo.orders o where not exists (select * from demo.customers c "
+            "where c.id = o.customer and c.since > o.amount)",
+            "not exists",
+            "ANTI",
+        ),
+        (
+            "select id from demo.orders o "
+            "where amount in (select since from demo.customers c where c.id = o.customer)",
+            "in (subquery)",
+            "SEMI",
+        ),
+        (NOT_IN, "not in (subquery)", "ANTI"),
+    ],
+)
 def test_subquery_conditions_become_semi_and_anti_joins(sql, construct, kind):
     step = plan(sql, "id")
     assert step.strategy == "linear", step.reason
@@ -66,8 +93,12 @@ def test_subquery_conditions_become_semi_and_anti_joins(sql, construct, kind):
     assert "derived table" not in step.reason  # the planner's own derived table
     assert step.monotonic is False
     for branch in branches(step.change_sql):
-        joins = [j for j in branch.args["joins"] if j.this.alias_or_name.startswith("_streamsql_")
-                 and not j.this.alias_or_name.startswith("_streamsql_keys")]
+        joins = [
+            j
+            for j in branch.args["joins"]
+            if j.this.alias_or_name.startswith("_streamsql_")
+            and not j.this.alias_or_name.startswith("_streamsql_keys")
+        ]
         assert [(j.side, j.kind) for j in joins] == [("LEFT", kind)]
 
 
@@ -76,23 +107,31 @@ def test_in_keys_come_from_both_changes_and_bound_both_sides():
     new, old = branches(step.change_sql)
     keys, semi = new.args["joins"]
     assert keys.args["on"].sql("spark") == (
-        "orders.customer IS NOT DISTINCT FROM _streamsql_keys_1.k0")
+        "orders.customer IS NOT DISTINCT FROM _streamsql_keys_1.k0"
+    )
     assert "__streamsql_delta_0__" in keys.sql("spark")
     assert "__streamsql_delta_1__" in keys.sql("spark")
     # the subquery's rows outside the changed keys' range cannot match: bounded in the ON clause
-    assert semi.args["on"].sql("spark").startswith(
-        "orders.customer = _streamsql_in0._streamsql_k0 AND ((__streamsql_bound_")
+    assert (
+        semi.args["on"]
+        .sql("spark")
+        .startswith("orders.customer = _streamsql_in0._streamsql_k0 AND ((__streamsql_bound_")
+    )
     values = {(b.column, b.operator): b.value for b in step.bounds}
     assert values[("orders.customer", ">=")] == (
         "LEAST((SELECT MIN(orders.customer) FROM __streamsql_delta_0__ AS orders), "
-        "(SELECT MIN(customers.id) FROM __streamsql_delta_1__ AS customers))")
+        "(SELECT MIN(customers.id) FROM __streamsql_delta_1__ AS customers))"
+    )
     assert ("_streamsql_in0._streamsql_k0", "<=") in values
     assert "__streamsql_old_0__" in old.sql("spark") and "__streamsql_old_1__" in old.sql("spark")
 
 
 def test_correlation_other_than_equalities_joins_on_the_subquerys_columns():
-    step = plan("select id from demo.orders o where not exists (select * from demo.customers c "
-                "where c.id = o.customer and c.since > o.amount and c.region = 'eu')", "id")
+    step = plan(
+        "select id from demo.orders o where not exists (select * from demo.customers c "
+        "where c.id = o.customer and c.since > o.amount and c.region = 'eu')",
+        "id",
+    )
     anti = [j for j in branches(step.change_sql)[0].args["joins"] if j.kind == "ANTI"][0]
     on = anti.args["on"].sql("spark")
     assert "o.customer = _streamsql_notexists0._streamsql_k0" in on
@@ -109,13 +148,18 @@ def test_not_in_is_a_null_aware_anti_join_gated_by_the_subquerys_nulls_and_empti
     anti = [j for j in terms[0].args["joins"] if j.kind == "ANTI"][0]
     assert anti.args["on"].sql("spark") == (
         "orders.customer = _streamsql_notin0._streamsql_k0 OR "
-        "(orders.customer = _streamsql_notin0._streamsql_k0) IS NULL")
+        "(orders.customer = _streamsql_notin0._streamsql_k0) IS NULL"
+    )
     # the changed keys alone while the subquery neither holds a NULL nor empties or fills ...
     by_key = terms[0].args["where"].sql("spark")
     assert "_streamsql_notin0._streamsql_k0 IS NULL LIMIT 1" in by_key
     assert "__streamsql_old_1__" in by_key and "__streamsql_new_1__" in by_key
     assert [t.expressions[-1].this.sql("spark") for t in terms] == [
-        "CAST(1 AS BIGINT)", "CAST(-1 AS BIGINT)", "CAST(1 AS BIGINT)", "CAST(-1 AS BIGINT)"]
+        "CAST(1 AS BIGINT)",
+        "CAST(-1 AS BIGINT)",
+        "CAST(1 AS BIGINT)",
+        "CAST(-1 AS BIGINT)",
+    ]
     assert all(any(j.kind == "SEMI" for j in t.args["joins"]) for t in terms[:2])
     # ... else the whole result, behind a bound that is `false` whenever it is not needed
     (gate,) = [b for b in step.bounds if b.column == "1"]
@@ -128,49 +172,78 @@ def test_not_in_is_a_null_aware_anti_join_gated_by_the_subquerys_nulls_and_empti
 
 
 def test_aggregate_subquery_becomes_a_stage():
-    step = plan("select id from demo.orders where customer in "
-                "(select customer from demo.orders group by customer having count(*) > 2)", "id")
+    step = plan(
+        "select id from demo.orders where customer in "
+        "(select customer from demo.orders group by customer having count(*) > 2)",
+        "id",
+    )
     assert step.strategy == "linear"
     assert step.reason == (
-        "fast path: projection, in (subquery); over 1 stage (group by (count(*)))")
+        "fast path: projection, in (subquery); over 1 stage (group by (count(*)))"
+    )
 
 
 def test_an_aggregate_with_a_subquery_condition_names_it():
-    step = plan("select customer, sum(amount) as total from demo.orders o where exists "
-                "(select 1 from demo.customers c where c.id = o.customer) group by customer",
-                "customer", "total")
+    step = plan(
+        "select customer, sum(amount) as total from demo.orders o where exists "
+        "(select 1 from demo.customers c where c.id = o.customer) group by customer",
+        "customer",
+        "total",
+    )
     assert step.strategy == "aggregate"
     assert step.reason == "fast path: group by (sum); over exists"
 
 
-@pytest.mark.parametrize("sql, reason", [
-    ("select id from demo.orders "
-     "where (customer, amount) not in (select id, since from demo.customers)",
-     "NOT IN (subquery) over several columns"),
-    ("select id from demo.orders o "
-     "where amount not in (select since from demo.customers c where c.id = o.customer)",
-     "correlated NOT IN"),
-    ("select id from demo.orders where exists (select 1 from demo.customers where region = 'eu')",
-     "EXISTS without an equality correlating it"),
-    ("select id from demo.orders o "
-     "where exists (select 1 from demo.customers c where c.since > o.amount)",
-     "EXISTS without an equality correlating it"),
-    ("select id from demo.orders o where exists (select count(*) from demo.customers c "
-     "where c.id = o.customer group by c.region)",
-     "correlated EXISTS with an aggregate"),
-    ("select id from demo.orders o where exists (select o.amount from demo.customers c "
-     "join demo.orders p on p.amount = o.amount where c.id = o.customer)",
-     "outside its WHERE conditions"),
-    ("select id from demo.orders "
-     "where customer in (select id from demo.customers) or amount > 1",
-     "IN (subquery) other than a condition ANDed into a WHERE clause"),
-    ("select id, exists (select 1 from demo.customers c where c.id = o.customer) as known "
-     "from demo.orders o",
-     "EXISTS other than a condition ANDed into a WHERE clause"),
-    ("select id from demo.orders "
-     "where not (customer in (select id from demo.customers) and amount > 1)",
-     "IN (subquery) other than"),
-])
+@pytest.mark.parametrize(
+    "sql, reason",
+    [
+        (
+            "select id from demo.orders "
+            "where (customer, amount) not in (select id, since from demo.customers)",
+            "NOT IN (subquery) over several columns",
+        ),
+        (
+            "select id from demo.orders o "
+            "where amount not in (select since from demo.customers c where c.id = o.customer)",
+            "correlated NOT IN",
+        ),
+        (
+            "select id from demo.orders where exists (select 1 from demo.customers "
+            "where region = 'eu')",
+            "EXISTS without an equality correlating it",
+        ),
+        (
+            "select id from demo.orders o "
+            "where exists (select 1 from demo.customers c where c.since > o.amount)",
+            "EXISTS without an equality correlating it",
+        ),
+        (
+            "select id from demo.orders o where exists (select count(*) from demo.customers c "
+            "where c.id = o.customer group by c.region)",
+            "correlated EXISTS with an aggregate",
+        ),
+        (
+            "select id from demo.orders o where exists (select o.amount from demo.customers c "
+            "join demo.orders p on p.amount = o.amount where c.id = o.customer)",
+            "outside its WHERE conditions",
+        ),
+        (
+            "select id from demo.orders "
+            "where customer in (select id from demo.customers) or amount > 1",
+            "IN (subquery) other than a condition ANDed into a WHERE clause",
+        ),
+        (
+            "select id, exists (select 1 from demo.customers c where c.id = o.customer) as known "
+            "from demo.orders o",
+            "EXISTS other than a condition ANDed into a WHERE clause",
+        ),
+        (
+            "select id from demo.orders "
+            "where not (customer in (select id from demo.customers) and amount > 1)",
+            "IN (subquery) other than",
+        ),
+    ],
+)
 def test_other_subqueries_fall_back_to_recompute(sql, reason):
     names = [p.alias_or_name for p in parse(sql).expressions]
     step = plan(sql, *names)

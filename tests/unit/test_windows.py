@@ -11,18 +11,30 @@ from sqlglot import exp
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, InputTable
 from dbt.adapters.streamsql.planning.planner import plan_step
 
-EVENTS = InputTable("demo.events", (
-    Column("id", "bigint"), Column("status", "string"), Column("updated_at", "timestamp"),
-    Column("attrs", "map<string,string>"),
-))
-BIDS = InputTable("demo.bids", (
-    Column("auction", "bigint"), Column("price", "bigint"), Column("bidder", "bigint"),
-))
+EVENTS = InputTable(
+    "demo.events",
+    (
+        Column("id", "bigint"),
+        Column("status", "string"),
+        Column("updated_at", "timestamp"),
+        Column("attrs", "map<string,string>"),
+    ),
+)
+BIDS = InputTable(
+    "demo.bids",
+    (
+        Column("auction", "bigint"),
+        Column("price", "bigint"),
+        Column("bidder", "bigint"),
+    ),
+)
 AUCTIONS = InputTable("demo.auctions", (Column("id", "bigint"), Column("seller", "bigint")))
 INPUTS = (EVENTS, BIDS, AUCTIONS)
 
-LATEST = ("select id, status, updated_at from (select *, row_number() over (partition by id "
-          "order by updated_at desc) as rn from demo.events) e where rn = 1")
+LATEST = (
+    "select id, status, updated_at from (select *, row_number() over (partition by id "
+    "order by updated_at desc) as rn from demo.events) e where rn = 1"
+)
 
 
 def plan(sql, *columns):
@@ -38,28 +50,47 @@ def windows(sql):
     return list(parse(sql).find_all(exp.Window))
 
 
-@pytest.mark.parametrize("sql, columns, ranks", [
-    (LATEST, ("id bigint", "status", "updated_at timestamp"), "row_number"),
-    ("select id, status from demo.events "
-     "qualify row_number() over (partition by id order by updated_at desc) = 1",
-     ("id bigint", "status"), "row_number"),
-    ("select auction, price, rank() over (partition by auction order by price desc) as r "
-     "from demo.bids qualify r <= 2", ("auction bigint", "price bigint", "r int"), "rank"),
-    ("with ranked as (select auction, price, dense_rank() over (partition by auction "
-     "order by price) as r from demo.bids) select auction, price from ranked where 3 > r",
-     ("auction bigint", "price bigint"), "dense_rank"),
-    # Nexmark q9: the highest bid of each auction, over a join
-    ("select * from (select a.id, a.seller, b.price, b.bidder, row_number() over "
-     "(partition by a.id order by b.price desc, b.bidder) as rn "
-     "from demo.auctions a join demo.bids b on a.id = b.auction) x where x.rn <= 1",
-     ("id bigint", "seller bigint", "price bigint", "bidder bigint", "rn int"), "row_number"),
-    # other windows over the same partition ride along
-    ("select auction, price, n from (select auction, price, "
-     "count(*) over (partition by auction) as n, "
-     "rank() over (partition by auction order by price desc) as r from demo.bids) b "
-     "where r = 1 and n > 1",
-     ("auction bigint", "price bigint", "n bigint"), "rank"),
-])
+@pytest.mark.parametrize(
+    "sql, columns, ranks",
+    [
+        (LATEST, ("id bigint", "status", "updated_at timestamp"), "row_number"),
+        (
+            "select id, status from demo.events "
+            "qualify row_number() over (partition by id order by updated_at desc) = 1",
+            ("id bigint", "status"),
+            "row_number",
+        ),
+        (
+            "select auction, price, rank() over (partition by auction order by price desc) as r "
+            "from demo.bids qualify r <= 2",
+            ("auction bigint", "price bigint", "r int"),
+            "rank",
+        ),
+        (
+            "with ranked as (select auction, price, dense_rank() over (partition by auction "
+            "order by price) as r from demo.bids) select auction, price from ranked where 3 > r",
+            ("auction bigint", "price bigint"),
+            "dense_rank",
+        ),
+        # Nexmark q9: the highest bid of each auction, over a join
+        (
+            "select * from (select a.id, a.seller, b.price, b.bidder, row_number() over "
+            "(partition by a.id order by b.price desc, b.bidder) as rn "
+            "from demo.auctions a join demo.bids b on a.id = b.auction) x where x.rn <= 1",
+            ("id bigint", "seller bigint", "price bigint", "bidder bigint", "rn int"),
+            "row_number",
+        ),
+        # other windows over the same partition ride along
+        (
+            "select auction, price, n from (select auction, price, "
+            "count(*) over (partition by auction) as n, "
+            "rank() over (partition by auction order by price desc) as r from demo.bids) b "
+            "where r = 1 and n > 1",
+            ("auction bigint", "price bigint", "n bigint"),
+            "rank",
+        ),
+    ],
+)
 def test_top_k_blocks_take_the_fast_path(sql, columns, ranks):
     step = plan(sql, *columns)
     assert step.strategy == "linear", step.reason
@@ -76,13 +107,16 @@ def test_change_reevaluates_the_touched_partitions_new_and_old():
     assert top.args["where"].this.sql("spark") == "e.rn = 1"
     branches = [inner.this, inner.expression]
     assert [b.expressions[-1].sql("spark") for b in branches] == [
-        f"CAST(1 AS BIGINT) AS {WEIGHT}", f"CAST(-1 AS BIGINT) AS {WEIGHT}"]
+        f"CAST(1 AS BIGINT) AS {WEIGHT}",
+        f"CAST(-1 AS BIGINT) AS {WEIGHT}",
+    ]
     for branch, version in zip(branches, ("new", "old")):
         assert branch.args["from_"].this.name == f"__streamsql_{version}_0__"
         (restriction,) = branch.args["joins"]
         assert (restriction.side, restriction.kind) == ("LEFT", "SEMI")
         assert restriction.args["on"].sql("spark") == (
-            "events.id IS NOT DISTINCT FROM _streamsql_keys_1.k0")
+            "events.id IS NOT DISTINCT FROM _streamsql_keys_1.k0"
+        )
         # the changed partition keys: the keys of the input's change
         keys = restriction.sql("spark")
         assert "SELECT events.id AS k0" in keys and "__streamsql_delta_0__" in keys
@@ -99,13 +133,19 @@ def test_partition_keys_bound_the_inputs_files():
 
 
 def test_top_k_over_a_join_bounds_both_sides_by_either_change():
-    step = plan("select * from (select a.id, b.price, row_number() over (partition by a.id "
-                "order by b.price desc) as rn from demo.auctions a join demo.bids b "
-                "on a.id = b.auction) x where x.rn = 1", "id bigint", "price bigint", "rn int")
+    step = plan(
+        "select * from (select a.id, b.price, row_number() over (partition by a.id "
+        "order by b.price desc) as rn from demo.auctions a join demo.bids b "
+        "on a.id = b.auction) x where x.rn = 1",
+        "id bigint",
+        "price bigint",
+        "rn int",
+    )
     values = {(b.column, b.operator): b.value for b in step.bounds}
     assert values[("a.id", ">=")] == (
         "LEAST((SELECT MIN(a.id) FROM __streamsql_delta_2__ AS a), "
-        "(SELECT MIN(b.auction) FROM __streamsql_delta_1__ AS b))")
+        "(SELECT MIN(b.auction) FROM __streamsql_delta_1__ AS b))"
+    )
     assert ("b.auction", "<=") in values  # the join makes the bids' key the partition key
 
 
@@ -119,16 +159,23 @@ def test_row_number_ties_are_broken_by_the_other_output_columns():
 
 
 def test_rank_needs_no_tie_breaker():
-    step = plan("select auction, price from demo.bids "
-                "qualify rank() over (partition by auction order by price) = 1",
-                "auction bigint", "price bigint")
+    step = plan(
+        "select auction, price from demo.bids "
+        "qualify rank() over (partition by auction order by price) = 1",
+        "auction bigint",
+        "price bigint",
+    )
     assert all(len(w.args["order"].expressions) == 1 for w in windows(step.change_sql))
 
 
 def test_an_aggregate_over_a_top_k_block_reads_its_change():
-    step = plan("select status, count(*) as n from (select status, row_number() over "
-                "(partition by id order by updated_at desc) as rn from demo.events) e "
-                "where e.rn = 1 group by status", "status", "n bigint")
+    step = plan(
+        "select status, count(*) as n from (select status, row_number() over "
+        "(partition by id order by updated_at desc) as rn from demo.events) e "
+        "where e.rn = 1 group by status",
+        "status",
+        "n bigint",
+    )
     assert step.strategy == "aggregate"
     assert step.reason == "fast path: group by (count(*)); over top-k per partition (row_number)"
     delta = step.aggregate.delta_sql
@@ -136,34 +183,58 @@ def test_an_aggregate_over_a_top_k_block_reads_its_change():
     assert "LEFT SEMI JOIN" in delta
 
 
-@pytest.mark.parametrize("sql, reason", [
-    ("select id, row_number() over (partition by id order by updated_at) as rn from demo.events",
-     "window function row_number() without a filter on its rank"),
-    ("select * from (select id, rank() over (order by updated_at) as r from demo.events) e "
-     "where r = 1",
-     "window function rank() without PARTITION BY"),
-    ("select * from (select id, sum(id) over (partition by status order by updated_at "
-     "rows between 2 preceding and current row) as s, "
-     "rank() over (partition by status order by id) as r from demo.events) e where r = 1",
-     "window function sum() over a ROWS frame"),
-    ("select * from (select id, lag(id) over (partition by status order by id) as p, "
-     "rank() over (partition by status order by id) as r from demo.events) e where r = 1",
-     "window function lag()"),
-    ("select * from (select id, rank() over (partition by id order by updated_at) as r, "
-     "rank() over (partition by status order by id) as r2 from demo.events) e where r = 1",
-     "without a PARTITION BY key in common"),
-    ("select * from (select auction, count(*) as n, rank() over (partition by auction "
-     "order by count(*)) as r from demo.bids group by auction) b where r = 1",
-     "over an aggregate in the same SELECT"),
-    ("select * from (select * from (select id, rank() over (partition by id "
-     "order by updated_at) as r from demo.events) e) f where r = 1",
-     "without a filter on its rank"),
-    ("select * from (select id, row_number() over (partition by id order by updated_at) as a, "
-     "row_number() over (partition by id order by status) as b from demo.events) e where a = 1",
-     "several row_number()"),
-    ("select * from (select id, rank() over (partition by id order by updated_at) as r "
-     "from demo.events) e where r = 1 order by id limit 3", "LIMIT"),
-])
+@pytest.mark.parametrize(
+    "sql, reason",
+    [
+        (
+            "select id, row_number() over (partition by id order by updated_at) as rn "
+            "from demo.events",
+            "window function row_number() without a filter on its rank",
+        ),
+        (
+            "select * from (select id, rank() over (order by updated_at) as r from demo.events) e "
+            "where r = 1",
+            "window function rank() without PARTITION BY",
+        ),
+        (
+            "select * from (select id, sum(id) over (partition by status order by updated_at "
+            "rows between 2 preceding and current row) as s, "
+            "rank() over (partition by status order by id) as r from demo.events) e where r = 1",
+            "window function sum() over a ROWS frame",
+        ),
+        (
+            "select * from (select id, lag(id) over (partition by status order by id) as p, "
+            "rank() over (partition by status order by id) as r from demo.events) e where r = 1",
+            "window function lag()",
+        ),
+        (
+            "select * from (select id, rank() over (partition by id order by updated_at) as r, "
+            "rank() over (partition by status order by id) as r2 from demo.events) e where r = 1",
+            "without a PARTITION BY key in common",
+        ),
+        (
+            "select * from (select auction, count(*) as n, rank() over (partition by auction "
+            "order by count(*)) as r from demo.bids group by auction) b where r = 1",
+            "over an aggregate in the same SELECT",
+        ),
+        (
+            "select * from (select * from (select id, rank() over (partition by id "
+            "order by updated_at) as r from demo.events) e) f where r = 1",
+            "without a filter on its rank",
+        ),
+        (
+            "select * from (select id, row_number() over (partition by id order by updated_at) "
+            "as a, row_number() over (partition by id order by status) as b from demo.events) e "
+            "where a = 1",
+            "several row_number()",
+        ),
+        (
+            "select * from (select id, rank() over (partition by id order by updated_at) as r "
+            "from demo.events) e where r = 1 order by id limit 3",
+            "LIMIT",
+        ),
+    ],
+)
 def test_other_windows_fall_back_to_recompute(sql, reason):
     names = [p.alias_or_name for p in parse(sql).expressions]
     step = plan(sql, *(n if n != "*" else "id bigint" for n in names))

@@ -3,15 +3,15 @@
 The state keeps, per group, `_streamsql_g<k>` (group values), `_streamsql_count` (sum of weights)
 and partials `_streamsql_a<j>...` per aggregate call j:
 
-| aggregate                 | partials                                   | maintained by                      |
-|---------------------------|--------------------------------------------|------------------------------------|
-| COUNT(*)                  | (the group count)                          | adding the delta's weights         |
-| COUNT(x, ...)             | a<j>: rows with x non-null                 | adding                             |
-| SUM(x), AVG(x)            | a<j>: sum of x, a<j>_n: non-null count     | adding                             |
-| MIN(x), MAX(x)            | a<j>: the value                            | least/greatest with inserted rows; |
-|                           |                                            | recomputed when a deleted value    |
-|                           |                                            | could have been the extreme        |
-| anything else             | a<j>: the value                            | recomputed for every changed group |
+| aggregate      | partials                               | maintained by                      |
+|----------------|----------------------------------------|------------------------------------|
+| COUNT(*)       | (the group count)                      | adding the delta's weights         |
+| COUNT(x, ...)  | a<j>: rows with x non-null             | adding                             |
+| SUM(x), AVG(x) | a<j>: sum of x, a<j>_n: non-null count | adding                             |
+| MIN(x), MAX(x) | a<j>: the value                        | least/greatest with inserted rows; |
+|                |                                        | recomputed when a deleted value    |
+|                |                                        | could have been the extreme        |
+| anything else  | a<j>: the value                        | recomputed for every changed group |
 
 Weights are +1/-1 (plan.py); SUM's partial negates deleted values instead of multiplying so that
 decimal sums keep Spark's result type (a CASE raises an error on any other weight).
@@ -24,7 +24,11 @@ from typing import List, Optional, Sequence, Tuple
 
 from sqlglot import exp
 
-from dbt.adapters.streamsql.planning.constructs import aggregate_calls, contains_aggregate, is_aggregate_call
+from dbt.adapters.streamsql.planning.constructs import (
+    aggregate_calls,
+    contains_aggregate,
+    is_aggregate_call,
+)
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.linear import (
     KEYED_CONSTRUCTS,
@@ -36,9 +40,9 @@ from dbt.adapters.streamsql.planning.linear import (
     union_all,
 )
 from dbt.adapters.streamsql.planning.plan import (
+    COUNT,
     DIALECT,
     FAST_PATH,
-    COUNT,
     GROUP_ALIAS,
     GROUP_DELTA,
     GROUPS,
@@ -57,8 +61,21 @@ from dbt.adapters.streamsql.planning.types import (
     sum_type,
 )
 
-COUNT_STAR, COUNT_VALUES, SUM, AVG, MIN, MAX, RECOMPUTE = "count(*)", "count", "sum", "avg", "min", "max", "recompute"
-CHANGES, ROWS, AFFECTED, RECOMPUTED = "_streamsql_changes", "_streamsql_rows", "_streamsql_affected", "_streamsql_recomputed"
+COUNT_STAR, COUNT_VALUES, SUM, AVG, MIN, MAX, RECOMPUTE = (
+    "count(*)",
+    "count",
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "recompute",
+)
+CHANGES, ROWS, AFFECTED, RECOMPUTED = (
+    "_streamsql_changes",
+    "_streamsql_rows",
+    "_streamsql_affected",
+    "_streamsql_recomputed",
+)
 DELTA_ALIAS, STATE_ALIAS = "d", "s"
 
 
@@ -131,7 +148,9 @@ def distinct_over_union(union: exp.Union, names: Sequence[str]) -> exp.Select:
     """UNION (distinct) as SELECT DISTINCT over the UNION ALL of the same branches."""
     union_all = union.copy()
     union_all.set("distinct", False)
-    alias = exp.TableAlias(this=exp.to_identifier("_streamsql_union"), columns=[exp.to_identifier(n) for n in names])
+    alias = exp.TableAlias(
+        this=exp.to_identifier("_streamsql_union"), columns=[exp.to_identifier(n) for n in names]
+    )
     return exp.Select(
         expressions=[exp.column(name, table="_streamsql_union") for name in names],
         from_=exp.From(this=exp.Subquery(this=union_all, alias=alias)),
@@ -189,12 +208,18 @@ class AggregatePlanner:
             raise RecomputeRequired("an aggregate below a join is not maintained incrementally")
         subquery, inner_select = inner
         inner_names = [p.alias_or_name for p in inner_select.expressions]
-        query, inner_output = self._plan_select(inner_select, inner_names, [None] * len(inner_names))
+        query, inner_output = self._plan_select(
+            inner_select, inner_names, [None] * len(inner_names)
+        )
         # projection/filter over the aggregate: the same SELECT over the inner output rows
         outer = select.copy()
         alias = subquery.args.get("alias").copy()
         if alias.columns:
-            alias.set("columns", [c.copy() for c in alias.columns] + [exp.to_identifier(g) for g in self._group_names(query)])
+            alias.set(
+                "columns",
+                [c.copy() for c in alias.columns]
+                + [exp.to_identifier(g) for g in self._group_names(query)],
+            )
         outer.set("from_", exp.From(this=exp.Subquery(this=inner_output, alias=alias)))
         outer.set(
             "expressions",
@@ -203,7 +228,9 @@ class AggregatePlanner:
         )
         return query, outer
 
-    def _single_derived_table(self, select: exp.Select) -> Optional[Tuple[exp.Subquery, exp.Select]]:
+    def _single_derived_table(
+        self, select: exp.Select
+    ) -> Optional[Tuple[exp.Subquery, exp.Select]]:
         from_ = select.args.get("from_")
         if from_ is None or select.args.get("joins") or select.args.get("laterals"):
             return None
@@ -213,7 +240,9 @@ class AggregatePlanner:
         inner = subquery.this
         if isinstance(inner, exp.Union) and inner.args.get("distinct"):
             return None
-        if not isinstance(inner, exp.Select) or not (is_aggregate_select(inner) or self._single_derived_table(inner)):
+        if not isinstance(inner, exp.Select) or not (
+            is_aggregate_select(inner) or self._single_derived_table(inner)
+        ):
             return None
         return subquery, inner
 
@@ -223,14 +252,18 @@ class AggregatePlanner:
 
     # -- analysis ------------------------------------------------------------------------------
 
-    def _analyze(self, select: exp.Select, names: Sequence[str], types: Sequence[Optional[str]]) -> AggregateQuery:
+    def _analyze(
+        self, select: exp.Select, names: Sequence[str], types: Sequence[Optional[str]]
+    ) -> AggregateQuery:
         if len(select.expressions) != len(names):
             raise RecomputeRequired("the query's columns do not match the model's columns")
         projections = [p.unalias() for p in select.expressions]
         group = select.args.get("group")
         if select.args.get("distinct"):
             if group is not None or any(contains_aggregate(p) for p in projections):
-                raise RecomputeRequired("DISTINCT over an aggregate is not maintained incrementally")
+                raise RecomputeRequired(
+                    "DISTINCT over an aggregate is not maintained incrementally"
+                )
             if select.args["distinct"].args.get("on"):
                 raise RecomputeRequired("DISTINCT ON is not maintained incrementally")
             group_expressions = projections
@@ -238,16 +271,24 @@ class AggregatePlanner:
         elif group is not None:
             for key in ("all", "rollup", "cube", "totals", "grouping_sets"):
                 if group.args.get(key):
-                    raise RecomputeRequired(f"GROUP BY {key.upper().replace('_', ' ')} is not maintained incrementally")
-            if any(isinstance(g, (exp.GroupingSets, exp.Rollup, exp.Cube)) for g in group.expressions):
-                raise RecomputeRequired("GROUPING SETS/ROLLUP/CUBE are not maintained incrementally")
+                    raise RecomputeRequired(
+                        f"GROUP BY {key.upper().replace('_', ' ')} is not maintained incrementally"
+                    )
+            if any(
+                isinstance(g, (exp.GroupingSets, exp.Rollup, exp.Cube)) for g in group.expressions
+            ):
+                raise RecomputeRequired(
+                    "GROUPING SETS/ROLLUP/CUBE are not maintained incrementally"
+                )
             group_expressions = list(group.expressions)
         else:
             group_expressions = []
         groups: List[exp.Expression] = []
         for expression in group_expressions:
             if contains_aggregate(expression):
-                raise RecomputeRequired("an aggregate inside GROUP BY is not maintained incrementally")
+                raise RecomputeRequired(
+                    "an aggregate inside GROUP BY is not maintained incrementally"
+                )
             if expression not in groups:
                 groups.append(expression)
 
@@ -299,19 +340,27 @@ class AggregatePlanner:
             if isinstance(argument, exp.Distinct):
                 return recompute
             arguments = ([argument] if argument is not None else []) + list(call.expressions)
-            if not arguments or isinstance(argument, exp.Star) or (
-                len(arguments) == 1 and isinstance(argument, exp.Literal)
+            if (
+                not arguments
+                or isinstance(argument, exp.Star)
+                or (len(arguments) == 1 and isinstance(argument, exp.Literal))
             ):
                 return AggregateCall(index, call, COUNT_STAR, result_type="bigint")
-            non_null = exp.and_(*(exp.Not(this=exp.Is(this=a.copy(), expression=exp.Null())) for a in arguments))
+            non_null = exp.and_(
+                *(exp.Not(this=exp.Is(this=a.copy(), expression=exp.Null())) for a in arguments)
+            )
             return AggregateCall(index, call, COUNT_VALUES, argument=non_null, result_type="bigint")
         if isinstance(call, (exp.Min, exp.Max)) and not call.expressions:
-            argument = call.this.expressions[0] if isinstance(call.this, exp.Distinct) else call.this
+            argument = (
+                call.this.expressions[0] if isinstance(call.this, exp.Distinct) else call.this
+            )
             if isinstance(call.this, exp.Distinct) and len(call.this.expressions) != 1:
                 return recompute
             argument_type = self._oracle.type_of(argument)
             method = MIN if isinstance(call, exp.Min) else MAX
-            return AggregateCall(index, call, method, argument, argument_type, argument_type or output_type)
+            return AggregateCall(
+                index, call, method, argument, argument_type, argument_type or output_type
+            )
         if type(call) in (exp.Sum, exp.Avg) and not isinstance(call.this, exp.Distinct):
             argument = call.this
             argument_type = self._oracle.type_of(argument)
@@ -321,7 +370,9 @@ class AggregatePlanner:
             method = SUM if isinstance(call, exp.Sum) else AVG
             if method == AVG and kind == DECIMAL and numeric_kind_of_type(argument_type) != DECIMAL:
                 return recompute  # Spark's AVG result type needs the exact decimal type
-            return AggregateCall(index, call, method, argument, argument_type, sum_type(argument_type, kind))
+            return AggregateCall(
+                index, call, method, argument, argument_type, sum_type(argument_type, kind)
+            )
         return recompute
 
     # -- state ---------------------------------------------------------------------------------
@@ -355,7 +406,9 @@ class AggregatePlanner:
         rewritten = call.call.copy()
         for column in list(rewritten.find_all(exp.Column)):
             if column.table and column in query.recompute_columns:
-                column.replace(exp.column(f"_streamsql_c{query.recompute_columns.index(column)}", table=table))
+                column.replace(
+                    exp.column(f"_streamsql_c{query.recompute_columns.index(column)}", table=table)
+                )
         return rewritten
 
     def _delta_sql(self, query: AggregateQuery) -> exp.Select:
@@ -368,27 +421,54 @@ class AggregatePlanner:
         if not branches:
             raise RecomputeRequired("the aggregate reads no input")
         weight = exp.column(WEIGHT, table=CHANGES)
-        projections = [exp.alias_(exp.column(g, table=CHANGES), g) for g in self._group_names(query)]
+        projections = [
+            exp.alias_(exp.column(g, table=CHANGES), g) for g in self._group_names(query)
+        ]
         projections.append(exp.alias_(exp.Sum(this=weight.copy()), COUNT))
         for call in query.calls:
             value = exp.column(call.input, table=CHANGES)
             if call.method == COUNT_VALUES:
-                projections.append(exp.alias_(exp.Sum(this=_if(value, weight, exp.Literal.number(0))), call.value))
+                projections.append(
+                    exp.alias_(exp.Sum(this=_if(value, weight, exp.Literal.number(0))), call.value)
+                )
             elif call.method in (SUM, AVG):
                 signed = exp.Case(
                     ifs=[
-                        exp.If(this=exp.EQ(this=weight.copy(), expression=exp.Literal.number(1)), true=value.copy()),
-                        exp.If(this=exp.EQ(this=weight.copy(), expression=exp.Literal.number(-1)), true=exp.Neg(this=value.copy())),
+                        exp.If(
+                            this=exp.EQ(this=weight.copy(), expression=exp.Literal.number(1)),
+                            true=value.copy(),
+                        ),
+                        exp.If(
+                            this=exp.EQ(this=weight.copy(), expression=exp.Literal.number(-1)),
+                            true=exp.Neg(this=value.copy()),
+                        ),
                     ],
-                    default=exp.Anonymous(this="raise_error", expressions=[exp.Literal.string("streamsql: weight is not +1 or -1")]),
+                    default=exp.Anonymous(
+                        this="raise_error",
+                        expressions=[exp.Literal.string("streamsql: weight is not +1 or -1")],
+                    ),
                 )
                 projections.append(exp.alias_(exp.Sum(this=signed), call.value))
-                counted = _if(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())), weight, exp.Literal.number(0))
+                counted = _if(
+                    exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
+                    weight,
+                    exp.Literal.number(0),
+                )
                 projections.append(exp.alias_(exp.Sum(this=counted), call.non_null))
             elif call.method in (MIN, MAX):
                 function = exp.Min if call.method == MIN else exp.Max
-                inserted = exp.Filter(this=function(this=value.copy()), expression=exp.Where(this=exp.GT(this=weight.copy(), expression=exp.Literal.number(0))))
-                deleted = exp.Filter(this=function(this=value.copy()), expression=exp.Where(this=exp.LT(this=weight.copy(), expression=exp.Literal.number(0))))
+                inserted = exp.Filter(
+                    this=function(this=value.copy()),
+                    expression=exp.Where(
+                        this=exp.GT(this=weight.copy(), expression=exp.Literal.number(0))
+                    ),
+                )
+                deleted = exp.Filter(
+                    this=function(this=value.copy()),
+                    expression=exp.Where(
+                        this=exp.LT(this=weight.copy(), expression=exp.Literal.number(0))
+                    ),
+                )
                 projections.append(exp.alias_(inserted, call.value))
                 projections.append(exp.alias_(deleted, call.deleted))
             elif call.method == RECOMPUTE:
@@ -399,12 +479,24 @@ class AggregatePlanner:
                     else self._over_row(call, query, CHANGES)
                 )
                 projections.append(exp.alias_(placeholder, call.value))
-        changes = exp.Subquery(this=union_all(branches), alias=exp.TableAlias(this=exp.to_identifier(CHANGES)))
+        changes = exp.Subquery(
+            this=union_all(branches), alias=exp.TableAlias(this=exp.to_identifier(CHANGES))
+        )
         delta = exp.Select(expressions=projections, from_=exp.From(this=changes))
         if query.groups:
-            delta.set("group", exp.Group(expressions=[exp.column(g, table=CHANGES) for g in self._group_names(query)]))
+            delta.set(
+                "group",
+                exp.Group(
+                    expressions=[exp.column(g, table=CHANGES) for g in self._group_names(query)]
+                ),
+            )
         else:
-            delta.set("having", exp.Having(this=exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))))
+            delta.set(
+                "having",
+                exp.Having(
+                    this=exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(0))
+                ),
+            )
         return delta
 
     @staticmethod
@@ -419,7 +511,9 @@ class AggregatePlanner:
         """
         deleted = exp.column(call.deleted, table=table)
         inserted = exp.column(call.value, table=table)
-        replaced = (exp.GT if call.method == MAX else exp.LT)(this=inserted, expression=deleted.copy())
+        replaced = (exp.GT if call.method == MAX else exp.LT)(
+            this=inserted, expression=deleted.copy()
+        )
         return exp.and_(
             exp.Not(this=exp.Is(this=deleted, expression=exp.Null())),
             exp.Not(this=exp.Coalesce(this=replaced, expressions=[exp.false()])),
@@ -439,7 +533,12 @@ class AggregatePlanner:
         if not query.groups:
             return exp.true()
         return exp.and_(
-            *(exp.NullSafeEQ(this=exp.column(g, table=left), expression=exp.column(g, table=right)) for g in self._group_names(query))
+            *(
+                exp.NullSafeEQ(
+                    this=exp.column(g, table=left), expression=exp.column(g, table=right)
+                )
+                for g in self._group_names(query)
+            )
         )
 
     def _group_outputs(self, query: AggregateQuery) -> Tuple[Tuple[str, str], ...]:
@@ -453,7 +552,9 @@ class AggregatePlanner:
             except RecomputeRequired:
                 continue
             groups = set(self._group_names(query))
-            for column in ([value] if isinstance(value, exp.Column) else []) + list(value.find_all(exp.Column)):
+            for column in ([value] if isinstance(value, exp.Column) else []) + list(
+                value.find_all(exp.Column)
+            ):
                 if not column.table and column.name in groups:
                     column.set("table", exp.to_identifier(GROUP_ALIAS))
             found.append((name, value.sql(DIALECT)))
@@ -469,9 +570,12 @@ class AggregatePlanner:
         for group in query.groups:
             is_window = isinstance(group, exp.Anonymous) and group.name.lower() == "window"
             for name, expression, _ in query.outputs:
-                if expression == group or (is_window and isinstance(expression, exp.Dot)
-                                           and expression.this == group
-                                           and expression.name.lower() in ("start", "end")):
+                if expression == group or (
+                    is_window
+                    and isinstance(expression, exp.Dot)
+                    and expression.this == group
+                    and expression.name.lower() in ("start", "end")
+                ):
                     names.append(name)
                     break
             else:
@@ -500,25 +604,61 @@ class AggregatePlanner:
 
     def _combine_sql(self, query: AggregateQuery, recompute: bool = True) -> exp.Select:
         d, s, r = DELTA_ALIAS, STATE_ALIAS, RECOMPUTED
-        projections: List[exp.Expression] = [exp.alias_(exp.column(g, table=d), g) for g in self._group_names(query)]
-        projections.append(exp.alias_(_bigint(_plus(exp.Coalesce(this=exp.column(COUNT, table=s), expressions=[exp.Literal.number(0)]), exp.column(COUNT, table=d))), COUNT))
+        projections: List[exp.Expression] = [
+            exp.alias_(exp.column(g, table=d), g) for g in self._group_names(query)
+        ]
+        projections.append(
+            exp.alias_(
+                _bigint(
+                    _plus(
+                        exp.Coalesce(
+                            this=exp.column(COUNT, table=s), expressions=[exp.Literal.number(0)]
+                        ),
+                        exp.column(COUNT, table=d),
+                    )
+                ),
+                COUNT,
+            )
+        )
         recomputed: List[AggregateCall] = []
         for call in query.calls:
             old, change = exp.column(call.value, table=s), exp.column(call.value, table=d)
             if call.method == COUNT_VALUES:
-                value = _bigint(_plus(exp.Coalesce(this=old, expressions=[exp.Literal.number(0)]), change))
+                value = _bigint(
+                    _plus(exp.Coalesce(this=old, expressions=[exp.Literal.number(0)]), change)
+                )
             elif call.method in (SUM, AVG):
-                value = exp.Coalesce(this=_plus(old, change), expressions=[old.copy(), change.copy()])
+                value = exp.Coalesce(
+                    this=_plus(old, change), expressions=[old.copy(), change.copy()]
+                )
                 if call.result_type:
                     value = exp.cast(value, _data_type(call.result_type))
-                non_null = _bigint(_plus(exp.Coalesce(this=exp.column(call.non_null, table=s), expressions=[exp.Literal.number(0)]), exp.column(call.non_null, table=d)))
+                non_null = _bigint(
+                    _plus(
+                        exp.Coalesce(
+                            this=exp.column(call.non_null, table=s),
+                            expressions=[exp.Literal.number(0)],
+                        ),
+                        exp.column(call.non_null, table=d),
+                    )
+                )
                 projections.append(exp.alias_(value, call.value))
                 projections.append(exp.alias_(non_null, call.non_null))
                 continue
             elif call.method in (MIN, MAX):
-                combined = (exp.Least if call.method == MIN else exp.Greatest)(this=old, expressions=[change])
+                combined = (exp.Least if call.method == MIN else exp.Greatest)(
+                    this=old, expressions=[change]
+                )
                 if recompute:
-                    value = exp.Case(ifs=[exp.If(this=self._needs_recompute(call), true=exp.column(call.value, table=r))], default=combined)
+                    value = exp.Case(
+                        ifs=[
+                            exp.If(
+                                this=self._needs_recompute(call),
+                                true=exp.column(call.value, table=r),
+                            )
+                        ],
+                        default=combined,
+                    )
                     recomputed.append(call)
                 else:
                     value = combined
@@ -532,35 +672,59 @@ class AggregatePlanner:
             projections.append(exp.alias_(value, call.value))
         combine = exp.Select(
             expressions=projections,
-            from_=exp.From(this=exp.Table(this=exp.to_identifier(GROUP_DELTA), alias=exp.TableAlias(this=exp.to_identifier(d)))),
+            from_=exp.From(
+                this=exp.Table(
+                    this=exp.to_identifier(GROUP_DELTA),
+                    alias=exp.TableAlias(this=exp.to_identifier(d)),
+                )
+            ),
             joins=[
                 exp.Join(
-                    this=exp.Table(this=exp.to_identifier(STATE), alias=exp.TableAlias(this=exp.to_identifier(s))),
+                    this=exp.Table(
+                        this=exp.to_identifier(STATE),
+                        alias=exp.TableAlias(this=exp.to_identifier(s)),
+                    ),
                     side="LEFT",
                     on=self._group_match(query, d, s),
                 )
             ],
         )
         if recomputed:
-            recompute = exp.Subquery(this=self._recompute_sql(query, recomputed), alias=exp.TableAlias(this=exp.to_identifier(r)))
-            combine.append("joins", exp.Join(this=recompute, side="LEFT", on=self._group_match(query, d, r)))
+            recompute = exp.Subquery(
+                this=self._recompute_sql(query, recomputed),
+                alias=exp.TableAlias(this=exp.to_identifier(r)),
+            )
+            combine.append(
+                "joins", exp.Join(this=recompute, side="LEFT", on=self._group_match(query, d, r))
+            )
         return combine
 
     def _recompute_sql(self, query: AggregateQuery, calls: Sequence[AggregateCall]) -> exp.Select:
         """The values of `calls` for the changed groups that need them, from the NEW inputs."""
         everything_new = Term(("new",) * len(query.sources), exp.Literal.number(1))
-        rows = render_block(self._builder, query.select, query.sources, everything_new, self._changes_row(query))
+        rows = render_block(
+            self._builder, query.select, query.sources, everything_new, self._changes_row(query)
+        )
         for key in ("group", "having", "distinct"):
             rows.set(key, None)
         # groups that need a recomputed value: all changed groups when any aggregate is always
         # recomputed, else those where a deletion may have removed a MIN/MAX
         d, s = DELTA_ALIAS, STATE_ALIAS
         affected = exp.Select(
-            expressions=[exp.column(g, table=d) for g in self._group_names(query)] or [exp.Literal.number(1)],
-            from_=exp.From(this=exp.Table(this=exp.to_identifier(GROUP_DELTA), alias=exp.TableAlias(this=exp.to_identifier(d)))),
+            expressions=[exp.column(g, table=d) for g in self._group_names(query)]
+            or [exp.Literal.number(1)],
+            from_=exp.From(
+                this=exp.Table(
+                    this=exp.to_identifier(GROUP_DELTA),
+                    alias=exp.TableAlias(this=exp.to_identifier(d)),
+                )
+            ),
             joins=[
                 exp.Join(
-                    this=exp.Table(this=exp.to_identifier(STATE), alias=exp.TableAlias(this=exp.to_identifier(s))),
+                    this=exp.Table(
+                        this=exp.to_identifier(STATE),
+                        alias=exp.TableAlias(this=exp.to_identifier(s)),
+                    ),
                     side="LEFT",
                     on=self._group_match(query, d, s),
                 )
@@ -572,10 +736,14 @@ class AggregatePlanner:
         projections += [exp.alias_(self._over_row(c, query, ROWS), c.value) for c in calls]
         recompute = exp.Select(
             expressions=projections,
-            from_=exp.From(this=exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier(ROWS)))),
+            from_=exp.From(
+                this=exp.Subquery(this=rows, alias=exp.TableAlias(this=exp.to_identifier(ROWS)))
+            ),
             joins=[
                 exp.Join(
-                    this=exp.Subquery(this=affected, alias=exp.TableAlias(this=exp.to_identifier(AFFECTED))),
+                    this=exp.Subquery(
+                        this=affected, alias=exp.TableAlias(this=exp.to_identifier(AFFECTED))
+                    ),
                     side="LEFT",
                     kind="SEMI",
                     on=self._group_match(query, ROWS, AFFECTED),
@@ -583,7 +751,12 @@ class AggregatePlanner:
             ],
         )
         if query.groups:
-            recompute.set("group", exp.Group(expressions=[exp.column(g, table=ROWS) for g in self._group_names(query)]))
+            recompute.set(
+                "group",
+                exp.Group(
+                    expressions=[exp.column(g, table=ROWS) for g in self._group_names(query)]
+                ),
+            )
         return recompute
 
     # -- output --------------------------------------------------------------------------------
@@ -598,8 +771,15 @@ class AggregatePlanner:
         projections += [exp.column(g) for g in self._group_names(query)]
         groups = exp.Table(this=exp.to_identifier(GROUPS))
         if query.is_global:
-            unit = exp.Subquery(this=exp.select(exp.alias_(exp.Literal.number(1), "_streamsql_unit")), alias=exp.TableAlias(this=exp.to_identifier("_streamsql_unit")))
-            output = exp.Select(expressions=projections, from_=exp.From(this=unit), joins=[exp.Join(this=groups, side="LEFT", on=exp.true())])
+            unit = exp.Subquery(
+                this=exp.select(exp.alias_(exp.Literal.number(1), "_streamsql_unit")),
+                alias=exp.TableAlias(this=exp.to_identifier("_streamsql_unit")),
+            )
+            output = exp.Select(
+                expressions=projections,
+                from_=exp.From(this=unit),
+                joins=[exp.Join(this=groups, side="LEFT", on=exp.true())],
+            )
             condition = None
         else:
             output = exp.Select(expressions=projections, from_=exp.From(this=groups))
@@ -645,10 +825,21 @@ class AggregatePlanner:
             kind = numeric_kind_of_type(call.argument_type) or self._oracle_kind(call)
             if kind == DECIMAL:
                 precision, scale = decimal_precision_scale(call.argument_type)
-                quotient = exp.Div(this=total, expression=exp.cast(exp.column(call.non_null), exp.DataType.build("decimal(20,0)", dialect=DIALECT)))
-                result = exp.DataType.build(f"decimal({min(38, precision + 4)},{min(38, scale + 4)})", dialect=DIALECT)
+                quotient = exp.Div(
+                    this=total,
+                    expression=exp.cast(
+                        exp.column(call.non_null),
+                        exp.DataType.build("decimal(20,0)", dialect=DIALECT),
+                    ),
+                )
+                result = exp.DataType.build(
+                    f"decimal({min(38, precision + 4)},{min(38, scale + 4)})", dialect=DIALECT
+                )
                 return exp.Case(ifs=[exp.If(this=some, true=exp.cast(quotient, result))])
-            quotient = exp.Div(this=exp.cast(total, exp.DataType.build("double")), expression=exp.column(call.non_null))
+            quotient = exp.Div(
+                this=exp.cast(total, exp.DataType.build("double")),
+                expression=exp.column(call.non_null),
+            )
             return exp.Case(ifs=[exp.If(this=some, true=quotient)])
         return exp.column(call.value)
 
@@ -660,7 +851,9 @@ class AggregatePlanner:
         kept = []
         for method in (COUNT_STAR, COUNT_VALUES, SUM, AVG, MIN, MAX):
             if any(c.method == method for c in query.calls):
-                kept.append("count" if method == COUNT_VALUES and "count(*)" not in kept else method)
+                kept.append(
+                    "count" if method == COUNT_VALUES and "count(*)" not in kept else method
+                )
         detail = f"{shape} ({', '.join(dict.fromkeys(kept))})" if kept else shape
         notes = []
         if any(c.method in (MIN, MAX) for c in query.calls):
@@ -685,7 +878,9 @@ def _call_name(call: exp.Expression) -> str:
     return f"{name}(distinct)" if inner is not None else name
 
 
-def _if(condition: exp.Expression, then: exp.Expression, otherwise: exp.Expression) -> exp.Expression:
+def _if(
+    condition: exp.Expression, then: exp.Expression, otherwise: exp.Expression
+) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=condition, true=then.copy())], default=otherwise)
 
 

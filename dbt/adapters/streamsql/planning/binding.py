@@ -59,14 +59,20 @@ def input_index(table: exp.Table, inputs: Sequence[InputTable]) -> int:
     parts = [p.name.lower() for p in table.parts]
     wanted = parts[-2:]
     matches = [
-        i for i, table_input in enumerate(inputs) if table_input.name.lower().split(".")[-len(wanted):] == wanted
+        i
+        for i, table_input in enumerate(inputs)
+        if table_input.name.lower().split(".")[-len(wanted) :] == wanted
     ]
     reference = ".".join(parts)
     if not matches:
         known = ", ".join(t.name for t in inputs) or "none"
-        raise PlanningError(f"the query reads `{reference}`, which is not among the model's inputs ({known})")
+        raise PlanningError(
+            f"the query reads `{reference}`, which is not among the model's inputs ({known})"
+        )
     if len(matches) > 1:
-        raise PlanningError(f"`{reference}` matches several inputs: {', '.join(inputs[i].name for i in matches)}")
+        raise PlanningError(
+            f"`{reference}` matches several inputs: {', '.join(inputs[i].name for i in matches)}"
+        )
     return matches[0]
 
 
@@ -77,7 +83,9 @@ def _is_cte_reference(table: exp.Table) -> bool:
     node = table.parent
     while node is not None:
         with_ = node.args.get("with_") if isinstance(node, exp.Query) else None
-        if with_ is not None and any(cte.alias_or_name.lower() == name for cte in with_.expressions):
+        if with_ is not None and any(
+            cte.alias_or_name.lower() == name for cte in with_.expressions
+        ):
             return True
         node = node.parent
     return False
@@ -92,11 +100,14 @@ def input_references(query: exp.Expression) -> List[exp.Table]:
     ]
 
 
-def bind_text(sql: str, query: exp.Query, inputs: Sequence[InputTable], placeholder: Callable[[int], str]) -> str:
+def bind_text(
+    sql: str, query: exp.Query, inputs: Sequence[InputTable], placeholder: Callable[[int], str]
+) -> str:
     """The user's SQL text with every input reference replaced by `placeholder(i)`.
 
     A reference without an alias keeps its table name as alias (`demo.t` becomes
-    `__streamsql_new_0__ AS t`) so qualified columns still resolve. The trailing semicolon is removed.
+    `__streamsql_new_0__ AS t`) so qualified columns still resolve. The trailing semicolon is
+    removed.
     """
     edits: List[Tuple[int, int, str]] = []
     for table in input_references(query):
@@ -138,12 +149,20 @@ def inline_ctes(query: exp.Query) -> exp.Query:
             name = cte.alias_or_name.lower()
             cte_alias = cte.args.get("alias")
             column_names = list(cte_alias.columns) if cte_alias is not None else []
-            for scope in [later.this for later in ctes[position + 1:]] + [owner]:
+            for scope in [later.this for later in ctes[position + 1 :]] + [owner]:
                 for table in list(scope.find_all(exp.Table)):
-                    if table.args.get("db") or table.args.get("catalog") or table.name.lower() != name:
+                    if (
+                        table.args.get("db")
+                        or table.args.get("catalog")
+                        or table.name.lower() != name
+                    ):
                         continue
                     alias = table.args.get("alias")
-                    alias = alias.copy() if alias is not None else exp.TableAlias(this=exp.to_identifier(cte.alias))
+                    alias = (
+                        alias.copy()
+                        if alias is not None
+                        else exp.TableAlias(this=exp.to_identifier(cte.alias))
+                    )
                     if column_names and not alias.columns:
                         alias.set("columns", [c.copy() for c in column_names])
                     table.replace(exp.Subquery(this=cte.this.copy(), alias=alias))
@@ -156,7 +175,11 @@ def input_table_name(index: int) -> str:
 
 def bound_input(table: exp.Expression) -> Optional[int]:
     """The input position of a table node of a bound tree, None if it is not an input."""
-    if isinstance(table, exp.Table) and table.text("db") == INPUT_DB and not table.args.get("catalog"):
+    if (
+        isinstance(table, exp.Table)
+        and table.text("db") == INPUT_DB
+        and not table.args.get("catalog")
+    ):
         return int(table.name[1:])
     return None
 
@@ -185,9 +208,13 @@ def bind_tree(query: exp.Query, inputs: Sequence[InputTable]) -> exp.Query:
         }
     }
     try:
-        return qualify(tree, schema=schema, dialect=DIALECT, quote_identifiers=False, identify=False)
+        return qualify(
+            tree, schema=schema, dialect=DIALECT, quote_identifiers=False, identify=False
+        )
     except SqlglotError as error:
-        raise RecomputeRequired(f"cannot resolve the query's columns ({_first_line(error)})") from error
+        raise RecomputeRequired(
+            f"cannot resolve the query's columns ({_first_line(error)})"
+        ) from error
 
 
 def _first_line(error: Exception) -> str:

@@ -47,8 +47,9 @@ def aliases_of(node: exp.Expression) -> Set[str]:
     return {column.table for column in node.find_all(exp.Column)}
 
 
-def range_facts(condition: exp.Expression, bounded: str,
-                changed: str) -> Iterator[Tuple[exp.Column, str, exp.Expression]]:
+def range_facts(
+    condition: exp.Expression, bounded: str, changed: str
+) -> Iterator[Tuple[exp.Column, str, exp.Expression]]:
     """(column of `bounded`, AT_LEAST or AT_MOST, expression over `changed`) implied by a conjunct.
 
     `column AT_LEAST expression` means: every row satisfying the conjunct has the column at least
@@ -88,8 +89,12 @@ def extreme_of(expression: exp.Expression, side: str, placeholder: str, alias: s
     function = exp.Min if side == AT_LEAST else exp.Max
     select = exp.Select(
         expressions=[function(this=expression.copy())],
-        from_=exp.From(this=exp.Table(this=exp.to_identifier(placeholder),
-                                      alias=exp.TableAlias(this=exp.to_identifier(alias)))),
+        from_=exp.From(
+            this=exp.Table(
+                this=exp.to_identifier(placeholder),
+                alias=exp.TableAlias(this=exp.to_identifier(alias)),
+            )
+        ),
     )
     return exp.Subquery(this=select).sql(DIALECT)
 

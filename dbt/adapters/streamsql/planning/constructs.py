@@ -19,9 +19,22 @@ from dbt.adapters.streamsql.planning.plan import DIALECT
 _NONDETERMINISTIC_CLASSES = tuple(
     getattr(exp, name)
     for name in (
-        "Rand", "Randn", "Randstr", "Uniform", "Uuid", "Shuffle", "CurrentTimestamp", "CurrentDate",
-        "CurrentTime", "Localtimestamp", "CurrentUser", "CurrentSchema", "CurrentCatalog",
-        "CurrentTimezone", "SessionUser", "CurrentDatabase",
+        "Rand",
+        "Randn",
+        "Randstr",
+        "Uniform",
+        "Uuid",
+        "Shuffle",
+        "CurrentTimestamp",
+        "CurrentDate",
+        "CurrentTime",
+        "Localtimestamp",
+        "CurrentUser",
+        "CurrentSchema",
+        "CurrentCatalog",
+        "CurrentTimezone",
+        "SessionUser",
+        "CurrentDatabase",
     )
     if hasattr(exp, name)
 )
@@ -62,7 +75,8 @@ def contains_aggregate(node: exp.Expression) -> bool:
 
 
 def nonlinear_construct(tree: exp.Expression) -> Optional[str]:
-    """Why no fast path can maintain `tree`, whatever its shape; None when nothing stands in the way.
+    """Why no fast path can maintain `tree`, whatever its shape; None when nothing stands in the
+    way.
 
     Looks for: nondeterministic or user-defined functions, window functions other than top-K
     blocks (windows.py), subquery expressions left after subqueries.py made joins of the WHERE
@@ -91,12 +105,17 @@ def nonlinear_construct(tree: exp.Expression) -> Optional[str]:
         in_subquery = isinstance(node, exp.In) and node.args.get("query") is not None
         if isinstance(node, exp.Exists) or in_subquery:
             what = "EXISTS" if isinstance(node, exp.Exists) else "IN (subquery)"
-            return (f"{what} other than a condition ANDed into a WHERE clause (under OR, NOT, "
-                    "CASE, in a projection or join condition) is not maintained incrementally")
+            return (
+                f"{what} other than a condition ANDed into a WHERE clause (under OR, NOT, "
+                "CASE, in a projection or join condition) is not maintained incrementally"
+            )
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join)):
             return "scalar subquery is not maintained incrementally"
-        if isinstance(node, exp.Query) and not isinstance(node, exp.Subquery) and node.parent is not None and not isinstance(
-            node.parent, (exp.Subquery, exp.SetOperation, exp.CTE, exp.With)
+        if (
+            isinstance(node, exp.Query)
+            and not isinstance(node, exp.Subquery)
+            and node.parent is not None
+            and not isinstance(node.parent, (exp.Subquery, exp.SetOperation, exp.CTE, exp.With))
         ):
             return "scalar subquery is not maintained incrementally"
         if isinstance(node, exp.Func):
@@ -123,12 +142,18 @@ def _function_obstacle(node: exp.Func) -> Optional[str]:
 def require_linear_select(select: exp.Select) -> None:
     """Raises RecomputeRequired when a SELECT block is not a plain projection/filter/join."""
     if select.args.get("group") or select.args.get("having"):
-        raise RecomputeRequired("GROUP BY below the top of the query is not maintained incrementally")
+        raise RecomputeRequired(
+            "GROUP BY below the top of the query is not maintained incrementally"
+        )
     if select.args.get("distinct"):
-        raise RecomputeRequired("DISTINCT below the top of the query is not maintained incrementally")
+        raise RecomputeRequired(
+            "DISTINCT below the top of the query is not maintained incrementally"
+        )
     for projection in select.expressions:
         if contains_aggregate(projection):
-            raise RecomputeRequired("an aggregate below the top of the query is not maintained incrementally")
+            raise RecomputeRequired(
+                "an aggregate below the top of the query is not maintained incrementally"
+            )
     for key in ("qualify", "connect", "prewhere", "match"):
         if select.args.get(key):
             raise RecomputeRequired(f"{key.upper()} is not maintained incrementally")

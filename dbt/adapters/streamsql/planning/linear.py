@@ -121,8 +121,16 @@ class Term:
 INNER, LEFT, RIGHT, FULL = "inner", "left", "right", "full"
 SEMI, ANTI, NOT_IN = "semi", "anti", "not in"
 # Constructs an aggregate plan's reason names too (what the aggregate's delta reads through).
-KEYED_CONSTRUCTS = ("right join", "full join", "semi join", "anti join", "in (subquery)", "exists",
-                    "not in (subquery)", "not exists")
+KEYED_CONSTRUCTS = (
+    "right join",
+    "full join",
+    "semi join",
+    "anti join",
+    "in (subquery)",
+    "exists",
+    "not in (subquery)",
+    "not exists",
+)
 TOP_K = "top-k per partition"
 
 
@@ -173,7 +181,9 @@ def at_version(node: exp.Expression, version: str) -> exp.Expression:
 
 def _placeholder_table(name: str, table: exp.Expression) -> exp.Table:
     alias = table.args.get("alias")
-    return exp.Table(this=exp.to_identifier(name), alias=alias.copy() if alias is not None else None)
+    return exp.Table(
+        this=exp.to_identifier(name), alias=alias.copy() if alias is not None else None
+    )
 
 
 @dataclass
@@ -202,9 +212,13 @@ class DeltaBuilder:
             return self.query_delta(query.this)
         if isinstance(query, exp.Union):
             if query.args.get("distinct"):
-                raise RecomputeRequired("UNION (distinct) below the top of the query is not maintained incrementally")
+                raise RecomputeRequired(
+                    "UNION (distinct) below the top of the query is not maintained incrementally"
+                )
             self.constructs.add("union all")
-            return exp.union(self.query_delta(query.this), self.query_delta(query.expression), distinct=False)
+            return exp.union(
+                self.query_delta(query.this), self.query_delta(query.expression), distinct=False
+            )
         if isinstance(query, exp.Select):
             return self.select_delta(query)
         raise RecomputeRequired(f"{query.key.upper()} is not maintained incrementally")
@@ -249,12 +263,16 @@ class DeltaBuilder:
         bounds = self._bounds_on(sources, keys, ranges, equalities)
         restriction = KeyRestriction(len(sources), changed, tuple(keys), bounds=tuple(bounds))
         count = len(sources)
-        return union_all([
-            render_block(self, select, sources,
-                         Term((NEW,) * count, weight_literal(1), (restriction,))),
-            render_block(self, select, sources,
-                         Term((OLD,) * count, weight_literal(-1), (restriction,))),
-        ])
+        return union_all(
+            [
+                render_block(
+                    self, select, sources, Term((NEW,) * count, weight_literal(1), (restriction,))
+                ),
+                render_block(
+                    self, select, sources, Term((OLD,) * count, weight_literal(-1), (restriction,))
+                ),
+            ]
+        )
 
     def block_sources(self, select: exp.Select) -> List[Source]:
         """The FROM clause of a block as sources; rejects joins without a delta rule."""
@@ -265,7 +283,9 @@ class DeltaBuilder:
         for join in select.args.get("joins") or []:
             kind = join.kind.upper()
             if join.method or join.args.get("using"):
-                raise RecomputeRequired(f"{join.method or 'USING'} join is not maintained incrementally")
+                raise RecomputeRequired(
+                    f"{join.method or 'USING'} join is not maintained incrementally"
+                )
             if kind not in ("", "INNER", "CROSS", "OUTER", "SEMI", "ANTI"):
                 raise RecomputeRequired(f"{kind} JOIN is not maintained incrementally")
             self.constructs.add(join_construct(join))
@@ -285,7 +305,8 @@ class DeltaBuilder:
         return Source(node=node, alias=node.alias_or_name, join=join)
 
     def block_terms(self, sources: Sequence[Source]) -> List[Term]:
-        """The terms whose union is the delta of the join of `sources` (see the module docstring)."""
+        """The terms whose union is the delta of the join of `sources` (see the module
+        docstring)."""
         if not sources:
             return []
         changing = [i for i, source in enumerate(sources) if not is_constant(source.node)]
@@ -305,8 +326,9 @@ class DeltaBuilder:
                 terms.append(Term((OLD,) * position + (DELTA,), self._delta_weight(source)))
         return terms
 
-    def _restricted_terms(self, sources: Sequence[Source], position: int,
-                          terms: List[Term]) -> List[Term]:
+    def _restricted_terms(
+        self, sources: Sequence[Source], position: int, terms: List[Term]
+    ) -> List[Term]:
         """The prefix joined with `sources[position]` re-evaluated, new and old, for the keys whose
         rows change on either side (the rule of LEFT/RIGHT/FULL/SEMI/ANTI joins and NOT IN)."""
         source = sources[position]
@@ -317,15 +339,23 @@ class DeltaBuilder:
             prefix = {s.alias for s in sources[:position]}
             pairs = equi_join_keys(source.join.args.get("on"), prefix, source.alias)
         if not pairs:
-            raise RecomputeRequired(f"{_join_text(source.join)} without an equality between its "
-                                    "two sides is not maintained incrementally")
+            raise RecomputeRequired(
+                f"{_join_text(source.join)} without an equality between its "
+                "two sides is not maintained incrementally"
+            )
         if not terms and is_constant(source.node):
             return terms
         self.retracting = True
         equalities = _equalities(sources[:position])
         left_keys = [left for left, _ in pairs]
-        ranges = self._key_ranges(sources[:position], terms, left_keys, equalities,
-                                  right=source, right_keys=[right for _, right in pairs])
+        ranges = self._key_ranges(
+            sources[:position],
+            terms,
+            left_keys,
+            equalities,
+            right=source,
+            right_keys=[right for _, right in pairs],
+        )
         right_bounds: List[exp.Expression] = []
         if rule != NOT_IN:  # NOT IN reads the whole subquery: its NULLs, whether it is empty
             for (_, right), key_range in zip(pairs, ranges):
@@ -342,25 +372,31 @@ class DeltaBuilder:
         )
         count = position + 1
         if rule != NOT_IN:
-            return [Term((NEW,) * count, weight_literal(1), (restriction,)),
-                    Term((OLD,) * count, weight_literal(-1), (restriction,))]
+            return [
+                Term((NEW,) * count, weight_literal(1), (restriction,)),
+                Term((OLD,) * count, weight_literal(-1), (restriction,)),
+            ]
         by_key = self._not_in_by_key(source, pairs[0][1])
         not_by_key = exp.Not(this=exp.Paren(this=by_key.copy()))
         needed = exp.Case(ifs=[exp.If(this=not_by_key.copy(), true=exp.Literal.number(1))])
         gate = self._named(KeyBound("", "1", AT_MOST, needed.sql(DIALECT)))
         whole = exp.and_(exp.column(gate), not_by_key)
-        return [Term((NEW,) * count, weight_literal(1), (restriction,), by_key),
-                Term((OLD,) * count, weight_literal(-1), (restriction,), by_key.copy()),
-                Term((NEW,) * count, weight_literal(1), (), whole),
-                Term((OLD,) * count, weight_literal(-1), (), whole.copy())]
+        return [
+            Term((NEW,) * count, weight_literal(1), (restriction,), by_key),
+            Term((OLD,) * count, weight_literal(-1), (restriction,), by_key.copy()),
+            Term((NEW,) * count, weight_literal(1), (), whole),
+            Term((OLD,) * count, weight_literal(-1), (), whole.copy()),
+        ]
 
     def _not_in_by_key(self, source: Source, key: exp.Expression) -> exp.Expression:
         """True when NOT IN over `source` decides each row by its key alone in both versions:
         the subquery holds no NULL, old or new, and is empty in both or in neither."""
 
         def holds_a_row(version: str, condition: Optional[exp.Expression]) -> exp.Expression:
-            probe = exp.Select(expressions=[exp.Literal.number(1)],
-                               from_=exp.From(this=self.source_at(source, version)))
+            probe = exp.Select(
+                expressions=[exp.Literal.number(1)],
+                from_=exp.From(this=self.source_at(source, version)),
+            )
             if condition is not None:
                 probe = probe.where(condition.copy())
             probe.set("limit", exp.Limit(expression=exp.Literal.number(1)))
@@ -368,16 +404,23 @@ class DeltaBuilder:
             return exp.Paren(this=exp.Not(this=found))
 
         null_key = exp.Is(this=key.copy(), expression=exp.Null())
-        return exp.Paren(this=exp.and_(
-            exp.Not(this=holds_a_row(OLD, null_key)),
-            exp.Not(this=holds_a_row(NEW, null_key)),
-            exp.EQ(this=holds_a_row(OLD, None), expression=holds_a_row(NEW, None)),
-        ))
+        return exp.Paren(
+            this=exp.and_(
+                exp.Not(this=holds_a_row(OLD, null_key)),
+                exp.Not(this=holds_a_row(NEW, null_key)),
+                exp.EQ(this=holds_a_row(OLD, None), expression=holds_a_row(NEW, None)),
+            )
+        )
 
-    def _key_ranges(self, sources: Sequence[Source], terms: Sequence[Term],
-                    keys: Sequence[exp.Expression], equalities: Sequence[Equality],
-                    right: Optional[Source] = None,
-                    right_keys: Sequence[exp.Expression] = ()) -> List[Optional[Tuple[str, str]]]:
+    def _key_ranges(
+        self,
+        sources: Sequence[Source],
+        terms: Sequence[Term],
+        keys: Sequence[exp.Expression],
+        equalities: Sequence[Equality],
+        right: Optional[Source] = None,
+        right_keys: Sequence[exp.Expression] = (),
+    ) -> List[Optional[Tuple[str, str]]]:
         """Per key: (MIN, MAX) scalar SQL over delta placeholders bounding every non-NULL value the
         changed keys can hold, or None where no such bound follows from the change.
 
@@ -410,14 +453,21 @@ class DeltaBuilder:
             if not unique:
                 ranges.append(None)
                 continue
-            ranges.append(tuple(
-                _extreme(side, [extreme_of(e, side, p, a) for p, a, e in unique.values()])
-                for side in (AT_LEAST, AT_MOST)))
+            ranges.append(
+                tuple(
+                    _extreme(side, [extreme_of(e, side, p, a) for p, a, e in unique.values()])
+                    for side in (AT_LEAST, AT_MOST)
+                )
+            )
         return ranges
 
-    def _bounds_on(self, sources: Sequence[Source], keys: Sequence[exp.Expression],
-                   ranges: Sequence[Optional[Tuple[str, str]]],
-                   equalities: Sequence[Equality]) -> List[exp.Expression]:
+    def _bounds_on(
+        self,
+        sources: Sequence[Source],
+        keys: Sequence[exp.Expression],
+        ranges: Sequence[Optional[Tuple[str, str]]],
+        equalities: Sequence[Equality],
+    ) -> List[exp.Expression]:
         """Key-range predicates on the columns of `sources` that equal a bounded key."""
         predicates: List[exp.Expression] = []
         for key, key_range in zip(keys, ranges):
@@ -452,7 +502,9 @@ class DeltaBuilder:
                 terms.append(Term(versions, weight))
         return terms
 
-    def term_bounds(self, select: exp.Select, sources: Sequence[Source], term: Term) -> List[exp.Expression]:
+    def term_bounds(
+        self, select: exp.Select, sources: Sequence[Source], term: Term
+    ) -> List[exp.Expression]:
         """Key-bound placeholders for the term's sources other than its one changed table.
 
         Only inner joins: a term of a block with a LEFT JOIN evaluates whole sides, not a change.
@@ -461,8 +513,11 @@ class DeltaBuilder:
             return []
         if any(join_rule(s.join) != INNER for s in sources):
             return []
-        changed = [s for s, v in zip(sources, term.versions)
-                   if v == DELTA and bound_input(s.node) is not None]
+        changed = [
+            s
+            for s, v in zip(sources, term.versions)
+            if v == DELTA and bound_input(s.node) is not None
+        ]
         conditions = conjuncts(select.args.get("where") and select.args["where"].this)
         for source in sources:
             if source.join is not None:
@@ -474,15 +529,25 @@ class DeltaBuilder:
             for change in changed:
                 placeholder = delta_input(bound_input(change.node))
                 for condition in conditions:
-                    for column, side, expression in range_facts(condition, source.alias, change.alias):
-                        bound = KeyBound("", column.sql(), side,
-                                         extreme_of(expression, side, placeholder, change.alias))
+                    for column, side, expression in range_facts(
+                        condition, source.alias, change.alias
+                    ):
+                        bound = KeyBound(
+                            "",
+                            column.sql(),
+                            side,
+                            extreme_of(expression, side, placeholder, change.alias),
+                        )
                         placeholders.append(exp.column(self._named(bound)))
         return placeholders
 
     def _named(self, bound: KeyBound) -> str:
         for name, known in self.bounds.items():
-            if (known.column, known.operator, known.value) == (bound.column, bound.operator, bound.value):
+            if (known.column, known.operator, known.value) == (
+                bound.column,
+                bound.operator,
+                bound.value,
+            ):
                 return name
         name = bound_placeholder(self.bound_prefix, len(self.bounds))
         self.bounds[name] = KeyBound(name, bound.column, bound.operator, bound.value)
@@ -498,7 +563,8 @@ class DeltaBuilder:
         prefix_terms: Sequence[Term],
         pairs: Sequence[Tuple[exp.Expression, exp.Expression]],
     ) -> exp.Query:
-        """SELECT DISTINCT k0, k1, ... : the join keys present in delta(left side) or delta(right side)."""
+        """SELECT DISTINCT k0, k1, ... : the join keys present in delta(left side) or
+        delta(right side)."""
         names = [f"k{j}" for j in range(len(pairs))]
         branches: List[exp.Select] = []
         for term in prefix_terms:
@@ -509,7 +575,11 @@ class DeltaBuilder:
         right = sources[position]
         if not is_constant(right.node):
             projections = [exp.alias_(r.copy(), name) for (_, r), name in zip(pairs, names)]
-            branches.append(exp.Select(expressions=projections, from_=exp.From(this=self.source_at(right, DELTA))))
+            branches.append(
+                exp.Select(
+                    expressions=projections, from_=exp.From(this=self.source_at(right, DELTA))
+                )
+            )
         return _distinct_keys(branches, names)
 
     def source_at(self, source: Source, version: str) -> exp.Expression:
@@ -520,7 +590,9 @@ class DeltaBuilder:
         if isinstance(node, exp.Subquery):
             alias = node.args.get("alias").copy()
             if alias.columns:
-                alias.set("columns", [c.copy() for c in alias.columns] + [exp.to_identifier(WEIGHT)])
+                alias.set(
+                    "columns", [c.copy() for c in alias.columns] + [exp.to_identifier(WEIGHT)]
+                )
             return exp.Subquery(this=self.query_delta(node.this), alias=alias)
         return at_version(node, DELTA)
 
@@ -528,7 +600,8 @@ class DeltaBuilder:
 def equi_join_keys(
     condition: Optional[exp.Expression], left_aliases: Set[str], right_alias: str
 ) -> List[Tuple[exp.Expression, exp.Expression]]:
-    """(left expression, right expression) pairs of the `=`/`<=>` conjuncts relating the two sides."""
+    """(left expression, right expression) pairs of the `=`/`<=>` conjuncts relating the two
+    sides."""
     pairs = []
     for conjunct in conjuncts(condition):
         if not isinstance(conjunct, (exp.EQ, exp.NullSafeEQ)):
@@ -542,15 +615,20 @@ def equi_join_keys(
     return pairs
 
 
-def render_from(builder: DeltaBuilder, sources: Sequence[Source], term: Term) -> Tuple[exp.From, List[exp.Join]]:
+def render_from(
+    builder: DeltaBuilder, sources: Sequence[Source], term: Term
+) -> Tuple[exp.From, List[exp.Join]]:
     """FROM and JOIN clauses of `sources` at the term's versions, with its key restrictions."""
     from_ = exp.From(this=builder.source_at(sources[0], term.versions[0]))
     joins: List[exp.Join] = []
     for position in range(1, len(sources)):
         restriction = next((r for r in term.restrictions if r.position == position), None)
         if restriction is not None:
-            joins.append(_semi_join(restriction.left_keys, restriction.changed_keys,
-                                    f"_streamsql_keys_{position}"))
+            joins.append(
+                _semi_join(
+                    restriction.left_keys, restriction.changed_keys, f"_streamsql_keys_{position}"
+                )
+            )
         join = sources[position].join.copy()
         node = builder.source_at(sources[position], term.versions[position])
         if restriction is not None and restriction.restrict_right:
@@ -562,29 +640,38 @@ def render_from(builder: DeltaBuilder, sources: Sequence[Source], term: Term) ->
         joins.append(join)
     for restriction in term.restrictions:
         if restriction.position >= len(sources):
-            joins.append(_semi_join(restriction.left_keys, restriction.changed_keys,
-                                    f"_streamsql_keys_{restriction.position}"))
+            joins.append(
+                _semi_join(
+                    restriction.left_keys,
+                    restriction.changed_keys,
+                    f"_streamsql_keys_{restriction.position}",
+                )
+            )
     return from_, joins
 
 
-def _semi_join(left_keys: Sequence[exp.Expression], changed_keys: exp.Query,
-               alias: str) -> exp.Join:
+def _semi_join(
+    left_keys: Sequence[exp.Expression], changed_keys: exp.Query, alias: str
+) -> exp.Join:
     condition = exp.and_(
         *(
             exp.NullSafeEQ(this=left.copy(), expression=exp.column(f"k{j}", table=alias))
             for j, left in enumerate(left_keys)
         )
     )
-    keys = exp.Subquery(this=changed_keys.copy(),
-                        alias=exp.TableAlias(this=exp.to_identifier(alias)))
+    keys = exp.Subquery(
+        this=changed_keys.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))
+    )
     return exp.Join(this=keys, side="LEFT", kind="SEMI", on=condition)
 
 
-def _restricted_source(node: exp.Expression, restriction: KeyRestriction,
-                       position: int) -> exp.Expression:
+def _restricted_source(
+    node: exp.Expression, restriction: KeyRestriction, position: int
+) -> exp.Expression:
     """The right side of a RIGHT/FULL join, its rows restricted to the changed keys."""
-    keys = _semi_join(restriction.right_keys, restriction.changed_keys,
-                      f"_streamsql_right_keys_{position}")
+    keys = _semi_join(
+        restriction.right_keys, restriction.changed_keys, f"_streamsql_right_keys_{position}"
+    )
     inner = exp.Select(expressions=[exp.Star()], from_=exp.From(this=node), joins=[keys])
     if restriction.right_bounds:
         inner = inner.where(exp.and_(*(b.copy() for b in restriction.right_bounds)))
@@ -629,24 +716,32 @@ def _distinct_keys(branches: Sequence[exp.Query], names: Sequence[str]) -> exp.S
     """SELECT DISTINCT k0, k1, ... over the UNION ALL of `branches` (each projecting them first)."""
     alias = exp.TableAlias(this=exp.to_identifier("_streamsql_changed"))
     keys = exp.Subquery(this=union_all(branches), alias=alias)
-    return exp.Select(expressions=[exp.column(name) for name in names],
-                      from_=exp.From(this=keys), distinct=exp.Distinct())
+    return exp.Select(
+        expressions=[exp.column(name) for name in names],
+        from_=exp.From(this=keys),
+        distinct=exp.Distinct(),
+    )
 
 
-def _equalities(sources: Sequence[Source],
-                where: Optional[exp.Expression] = None) -> List[Equality]:
+def _equalities(
+    sources: Sequence[Source], where: Optional[exp.Expression] = None
+) -> List[Equality]:
     """(a, b) of the `=` / `<=>` conjuncts of the sources' inner joins (and of `where`): every
     row of their join satisfies them."""
     conditions: List[exp.Expression] = conjuncts(where.this) if where is not None else []
     for source in sources:
         if source.join is not None and join_rule(source.join) == INNER:
             conditions += conjuncts(source.join.args.get("on"))
-    return [(c.this, c.expression) for c in conditions
-            if isinstance(c, (exp.EQ, exp.NullSafeEQ)) and not c.find(exp.Query)]
+    return [
+        (c.this, c.expression)
+        for c in conditions
+        if isinstance(c, (exp.EQ, exp.NullSafeEQ)) and not c.find(exp.Query)
+    ]
 
 
-def equivalent_over(key: exp.Expression, alias: str,
-                    equalities: Sequence[Equality]) -> Optional[exp.Expression]:
+def equivalent_over(
+    key: exp.Expression, alias: str, equalities: Sequence[Equality]
+) -> Optional[exp.Expression]:
     """An expression over relation `alias` alone that equals `key` in every row (or None)."""
     if aliases_of(key) == {alias} and not key.find(exp.Query) and not contains_aggregate(key):
         return key
@@ -657,8 +752,9 @@ def equivalent_over(key: exp.Expression, alias: str,
     return None
 
 
-def _delta_expression(source: Source,
-                      key: exp.Expression) -> Optional[Tuple[str, str, exp.Expression]]:
+def _delta_expression(
+    source: Source, key: exp.Expression
+) -> Optional[Tuple[str, str, exp.Expression]]:
     """(delta placeholder, alias, expression) whose range over that input's change covers `key`
     (an expression over `source`) over the source's change; None when none is known.
 
@@ -679,8 +775,11 @@ def _delta_expression(source: Source,
     if from_ is None or bound_input(from_.this) is None:
         return None
     alias = source.node.args.get("alias")
-    names = ([c.name for c in alias.columns] if alias is not None and alias.columns
-             else [p.alias_or_name for p in inner.expressions])
+    names = (
+        [c.name for c in alias.columns]
+        if alias is not None and alias.columns
+        else [p.alias_or_name for p in inner.expressions]
+    )
     if key.name not in names:
         return None
     expression = inner.expressions[names.index(key.name)].unalias()

@@ -11,8 +11,8 @@ executor replaces (as whole identifiers) by temporary views:
     __streamsql_old_<i>__    input i as of the version the previous step read up to (empty on the
                              first step)
     __streamsql_delta_<i>__  the change of input i between the two: input i's columns plus
-                             `_streamsql_weight` BIGINT (+1 inserted row, -1 deleted row; an update is
-                             a -1 of the old row and a +1 of the new one)
+                             `_streamsql_weight` BIGINT (+1 inserted row, -1 deleted row; an
+                             update is a -1 of the old row and a +1 of the new one)
     __streamsql_state__      (aggregate plans) the model's state table as of the previous step
     __streamsql_group_delta__ (aggregate plans) the result of `AggregatePlan.delta_sql`
     __streamsql_groups__     (aggregate plans) a relation with the state table's columns
@@ -118,10 +118,11 @@ class AggregatePlan:
     # columns, over the delta placeholders (and old/new placeholders below joins).
     delta_sql: str
     # SELECT all state columns: the new state of every group present in
-    # `__streamsql_group_delta__` (the result of `delta_sql`), combining it with `__streamsql_state__`
-    # (full outer join on the group columns, null-safe). Groups whose new count is 0 are included
-    # with count 0 so the executor can delete them. Where a partial cannot be combined (MIN/MAX
-    # after a deletion, COUNT(DISTINCT)), this SQL recomputes those groups from the new inputs.
+    # `__streamsql_group_delta__` (the result of `delta_sql`), combining it with
+    # `__streamsql_state__` (full outer join on the group columns, null-safe). Groups whose new
+    # count is 0 are included with count 0 so the executor can delete them. Where a partial cannot
+    # be combined (MIN/MAX after a deletion, COUNT(DISTINCT)), this SQL recomputes those groups
+    # from the new inputs.
     combine_sql: str
     # SELECT the model's output columns, then the group columns, from `__streamsql_groups__` (a
     # relation with the state columns): HAVING applied, groups with count <= 0 produce no row
@@ -133,9 +134,9 @@ class AggregatePlan:
     # no deleted value can have been a group's MIN/MAX. None when every step must recompute.
     combine_without_recompute_sql: Optional[str] = None
     # (output column, SQL over the group columns of a state row aliased GROUP_ALIAS) for output
-    # columns that depend on the group alone, e.g. ("hour_start", "_streamsql_grp._streamsql_g1.start"):
-    # a LATENESS waterline on such a
-    # column tells which groups are final, so a step can skip their state.
+    # columns that depend on the group alone, e.g.
+    # ("hour_start", "_streamsql_grp._streamsql_g1.start"): a LATENESS waterline on such a column
+    # tells which groups are final, so a step can skip their state.
     group_outputs: Tuple[Tuple[str, str], ...] = ()
     recompute_check_sql: Optional[str] = None
     # Key bounds `delta_sql` and `later_delta_sql` hold (joins below the aggregate).

@@ -1,6 +1,6 @@
 """The planner's entry point: one model's compiled SELECT in, the `StepPlan` of a step out.
 
-Strategy, by the shape of the query (section 3 of SPEC.md lists what the fast path covers):
+Strategy, by the shape of the query (docs/sql-support.md lists what the fast path covers):
 
 - "linear": projection, filter, UNION ALL, inner/cross joins, left/right/full equi-joins, semi
   and anti joins (IN / EXISTS / NOT IN / NOT EXISTS subqueries become those, `subqueries.py`),
@@ -40,15 +40,27 @@ from dbt.adapters.streamsql.planning.subqueries import rewrite as rewrite_subque
 from dbt.adapters.streamsql.planning.types import TypeOracle
 from dbt.adapters.streamsql.planning.windows import add_tie_breakers, eliminate_qualify
 
-__all__ = ["plan_step", "PlanningError", "Describe"]
+__all__ = ["plan_step", "recompute_plan", "PlanningError", "Describe"]
 
 # Given a SELECT over the `new` placeholders of the inputs, its result columns (DESCRIBE QUERY).
 Describe = Callable[[str], Sequence[Column]]
 
 _CONSTRUCT_ORDER = (
-    "filter", "projection", "union all", "inner join", "left join", "right join", "full join",
-    "semi join", "anti join", "in (subquery)", "exists", "not in (subquery)", "not exists",
-    "lateral view", "derived table",
+    "filter",
+    "projection",
+    "union all",
+    "inner join",
+    "left join",
+    "right join",
+    "full join",
+    "semi join",
+    "anti join",
+    "in (subquery)",
+    "exists",
+    "not in (subquery)",
+    "not exists",
+    "lateral view",
+    "derived table",
 )
 
 
@@ -129,8 +141,9 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
     )
 
 
-def _plan_stages(lifted: Sequence[LiftedStage], inputs: Sequence[InputTable],
-                 describe: Optional[Describe]) -> tuple:
+def _plan_stages(
+    lifted: Sequence[LiftedStage], inputs: Sequence[InputTable], describe: Optional[Describe]
+) -> tuple:
     """An aggregate plan per lifted stage, each over the inputs and the stages before it."""
     readable: List[InputTable] = list(inputs)
     planned: List[StagePlan] = []
@@ -139,19 +152,29 @@ def _plan_stages(lifted: Sequence[LiftedStage], inputs: Sequence[InputTable],
         columns = _stage_columns(stage, lifted, describe)
         planner = AggregatePlanner(TypeOracle(readable), bound_prefix=f"{name}_")
         result = planner.plan(stage.query.copy(), columns)
-        planned.append(StagePlan(name, stage.position, tuple(columns), result.plan,
-                                 result.reason.replace(FAST_PATH, "", 1)))
+        planned.append(
+            StagePlan(
+                name,
+                stage.position,
+                tuple(columns),
+                result.plan,
+                result.reason.replace(FAST_PATH, "", 1),
+            )
+        )
         readable.append(InputTable(name, tuple(columns)))
     return tuple(planned)
 
 
-def _stage_columns(stage: LiftedStage, lifted: Sequence[LiftedStage],
-                   describe: Optional[Describe]) -> List[Column]:
+def _stage_columns(
+    stage: LiftedStage, lifted: Sequence[LiftedStage], describe: Optional[Describe]
+) -> List[Column]:
     if describe is None:
         return [Column(name, "") for name in stage.names]
     described = list(describe(at_version(stage.standalone(lifted), NEW).sql(DIALECT)))
     if len(described) != len(stage.names):
-        raise RecomputeRequired("an aggregate below the top of the query has columns the planner cannot match")
+        raise RecomputeRequired(
+            "an aggregate below the top of the query has columns the planner cannot match"
+        )
     return [Column(name, column.data_type) for name, column in zip(stage.names, described)]
 
 
@@ -164,7 +187,8 @@ def _stage_note(stages: Sequence[StagePlan]) -> str:
 
 
 def _is_aggregate(tree: exp.Expression) -> bool:
-    """A GROUP BY / DISTINCT / aggregate at the top, possibly under projections over one derived table."""
+    """A GROUP BY / DISTINCT / aggregate at the top, possibly under projections over one derived
+    table."""
     if isinstance(tree, exp.Union):
         return bool(tree.args.get("distinct"))
     if not isinstance(tree, exp.Select):
@@ -188,7 +212,22 @@ def _name_outputs(tree: exp.Expression, names: Sequence[str]) -> None:
         return
     if len(tree.expressions) != len(names):
         raise RecomputeRequired("the query's columns do not match the model's columns")
-    tree.set("expressions", [exp.alias_(p.unalias(), exp.to_identifier(n)) for p, n in zip(tree.expressions, names)])
+    tree.set(
+        "expressions",
+        [exp.alias_(p.unalias(), exp.to_identifier(n)) for p, n in zip(tree.expressions, names)],
+    )
+
+
+def recompute_plan(
+    sql: str, inputs: Sequence[InputTable], output_columns: Sequence[Column], why: str
+) -> StepPlan:
+    """The recompute plan of a model whatever its shape (a config or a step chose it), `why`
+    being the reason the step log gives."""
+    try:
+        query: Optional[exp.Query] = parse_query(sql)
+    except RecomputeRequired:
+        query = None
+    return _recompute(sql, query, tuple(inputs), tuple(output_columns), why)
 
 
 def _recompute(sql, query, inputs, output_columns, why: str) -> StepPlan:

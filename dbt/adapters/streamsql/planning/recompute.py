@@ -10,17 +10,27 @@ import re
 from typing import List, Optional, Sequence, Tuple
 
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
 from dbt.adapters.streamsql.planning.binding import bind_text
 from dbt.adapters.streamsql.planning.errors import PlanningError
-from dbt.adapters.streamsql.planning.plan import DIALECT, TARGET, WEIGHT, Column, InputTable, new_input
+from dbt.adapters.streamsql.planning.plan import (
+    DIALECT,
+    TARGET,
+    WEIGHT,
+    Column,
+    InputTable,
+    new_input,
+)
 
 
 def recompute_change_sql(
-    sql: str, query: Optional[exp.Query], inputs: Sequence[InputTable], output_columns: Sequence[Column]
+    sql: str,
+    query: Optional[exp.Query],
+    inputs: Sequence[InputTable],
+    output_columns: Sequence[Column],
 ) -> str:
     """(model over the new inputs, weight +1) UNION ALL (`__streamsql_target__`, weight -1).
 
@@ -57,7 +67,9 @@ def _bind_text_by_tokens(sql: str, inputs: Sequence[InputTable]) -> str:
     while position < len(tokens):
         run_end = position
         parts = []
-        if tokens[position].token_type in _NAME_TOKENS and (position == 0 or tokens[position - 1].token_type != TokenType.DOT):
+        if tokens[position].token_type in _NAME_TOKENS and (
+            position == 0 or tokens[position - 1].token_type != TokenType.DOT
+        ):
             parts = [tokens[position].text]
             while (
                 run_end + 2 < len(tokens)

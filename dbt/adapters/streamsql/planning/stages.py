@@ -95,7 +95,9 @@ def _liftable_blocks(tree: exp.Expression, kept: set) -> List[exp.Expression]:
         if id(node) in kept or not is_aggregate_block(node):
             continue
         parent = node.parent
-        in_from = isinstance(parent, exp.Subquery) and isinstance(parent.parent, (exp.From, exp.Join))
+        in_from = isinstance(parent, exp.Subquery) and isinstance(
+            parent.parent, (exp.From, exp.Join)
+        )
         in_union_all = isinstance(parent, exp.Union) and not parent.args.get("distinct")
         in_union_distinct = isinstance(parent, exp.Union) and parent.args.get("distinct")
         if isinstance(node, exp.Select) and (in_union_all or in_union_distinct):
@@ -131,10 +133,12 @@ def _replace_with_stage(block: exp.Expression, stage: LiftedStage) -> None:
         return
     # a UNION branch: a block that passes the stage's rows through
     alias = f"{STAGE_ALIAS}{stage.position}"
-    block.replace(exp.Select(
-        expressions=[exp.column(name, table=alias) for name in stage.names],
-        from_=exp.From(this=_stage_table(stage, alias)),
-    ))
+    block.replace(
+        exp.Select(
+            expressions=[exp.column(name, table=alias) for name in stage.names],
+            from_=exp.From(this=_stage_table(stage, alias)),
+        )
+    )
 
 
 def inline_stages(node: exp.Expression, stages: Sequence[LiftedStage]) -> exp.Expression:
@@ -146,8 +150,10 @@ def inline_stages(node: exp.Expression, stages: Sequence[LiftedStage]) -> exp.Ex
         stage: Optional[LiftedStage] = by_position.get(position) if position is not None else None
         if stage is None:
             continue
-        alias = exp.TableAlias(this=exp.to_identifier(table.alias_or_name),
-                               columns=[exp.to_identifier(n) for n in stage.names])
+        alias = exp.TableAlias(
+            this=exp.to_identifier(table.alias_or_name),
+            columns=[exp.to_identifier(n) for n in stage.names],
+        )
         table.replace(exp.Subquery(this=inline_stages(stage.query, stages), alias=alias))
     return copy
 

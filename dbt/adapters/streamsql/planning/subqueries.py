@@ -44,8 +44,12 @@ from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 
 IN, EXISTS, NOT_IN, NOT_EXISTS = "in (subquery)", "exists", "not in (subquery)", "not exists"
 # The alias of the derived table says which predicate a join came from (for the plan's reason).
-_PREFIXES = {IN: "_streamsql_in", EXISTS: "_streamsql_exists", NOT_IN: "_streamsql_notin",
-             NOT_EXISTS: "_streamsql_notexists"}
+_PREFIXES = {
+    IN: "_streamsql_in",
+    EXISTS: "_streamsql_exists",
+    NOT_IN: "_streamsql_notin",
+    NOT_EXISTS: "_streamsql_notexists",
+}
 _ORIGIN = re.compile(r"^_streamsql_(in|exists|notin|notexists)\d+$")
 _ORIGIN_NAMES = {"in": IN, "exists": EXISTS, "notin": NOT_IN, "notexists": NOT_EXISTS}
 
@@ -100,11 +104,13 @@ def rewrite(tree: exp.Expression) -> None:
                 kept.append(part)
                 continue
             if select.args.get("laterals"):
-                raise RecomputeRequired(f"{kind.upper()} in a block with LATERAL VIEW is not "
-                                        "maintained incrementally")
+                raise RecomputeRequired(
+                    f"{kind.upper()} in a block with LATERAL VIEW is not maintained incrementally"
+                )
             if select.args.get("from_") is None:
-                raise RecomputeRequired(f"{kind.upper()} in a SELECT without FROM is not "
-                                        "maintained incrementally")
+                raise RecomputeRequired(
+                    f"{kind.upper()} in a SELECT without FROM is not maintained incrementally"
+                )
             joins.append(_as_join(select, kind, node, f"{_PREFIXES[kind]}{next(numbers)}"))
         if not joins:
             continue
@@ -155,32 +161,43 @@ def _as_join(select: exp.Select, kind: str, node: exp.Expression, alias: str) ->
     inner = _defined_aliases(query)
     references = [c for c in query.find_all(exp.Column) if c.table and c.table not in inner]
     if any(c.table not in outer for c in references):
-        raise RecomputeRequired(f"{kind.upper()} correlated with a query more than one level out "
-                                "is not maintained incrementally")
+        raise RecomputeRequired(
+            f"{kind.upper()} correlated with a query more than one level out "
+            "is not maintained incrementally"
+        )
     if kind == NOT_IN and len(values) != 1:
-        raise RecomputeRequired("NOT IN (subquery) over several columns is not maintained "
-                                "incrementally (a NULL in one column leaves the match to the "
-                                "others)")
+        raise RecomputeRequired(
+            "NOT IN (subquery) over several columns is not maintained "
+            "incrementally (a NULL in one column leaves the match to the "
+            "others)"
+        )
     if kind == NOT_IN and references:
         raise RecomputeRequired("correlated NOT IN (subquery) is not maintained incrementally")
     if values and _width(query) != len(values):
-        raise RecomputeRequired(f"{kind.upper()} compares {len(values)} value(s) with a subquery "
-                                f"of {_width(query)} column(s)")
+        raise RecomputeRequired(
+            f"{kind.upper()} compares {len(values)} value(s) with a subquery "
+            f"of {_width(query)} column(s)"
+        )
     if references:
-        derived, pairs, others, width = _decorrelate(kind, query, values, outer, inner,
-                                                     references, alias)
+        derived, pairs, others, width = _decorrelate(
+            kind, query, values, outer, inner, references, alias
+        )
     elif kind in (EXISTS, NOT_EXISTS):
-        raise RecomputeRequired(f"{kind.upper()} without an equality correlating it with the outer "
-                                "query is not maintained incrementally")
+        raise RecomputeRequired(
+            f"{kind.upper()} without an equality correlating it with the outer "
+            "query is not maintained incrementally"
+        )
     else:
         derived, others, width = query.copy(), [], len(values)
         pairs = [(value, j, False) for j, value in enumerate(values)]
     names = [exp.to_identifier(key_column(j)) for j in range(width)]
-    table = exp.Subquery(this=derived,
-                         alias=exp.TableAlias(this=exp.to_identifier(alias), columns=names))
+    table = exp.Subquery(
+        this=derived, alias=exp.TableAlias(this=exp.to_identifier(alias), columns=names)
+    )
     equalities = [
         (exp.NullSafeEQ if null_safe else exp.EQ)(
-            this=value.copy(), expression=exp.column(key_column(j), table=alias))
+            this=value.copy(), expression=exp.column(key_column(j), table=alias)
+        )
         for value, j, null_safe in pairs
     ]
     if kind == NOT_IN:
@@ -198,8 +215,15 @@ def _width(query: exp.Expression) -> int:
     return len(query.expressions) if isinstance(query, exp.Select) else -1
 
 
-def _decorrelate(kind: str, query: exp.Expression, values: List[exp.Expression], outer: Set[str],
-                 inner: Set[str], references: List[exp.Column], alias: str):
+def _decorrelate(
+    kind: str,
+    query: exp.Expression,
+    values: List[exp.Expression],
+    outer: Set[str],
+    inner: Set[str],
+    references: List[exp.Column],
+    alias: str,
+):
     """The derived table of a correlated subquery and the parts of its join condition.
 
     Returns (derived SELECT, [(outer expression, key column index, null-safe)], other conditions
@@ -208,14 +232,19 @@ def _decorrelate(kind: str, query: exp.Expression, values: List[exp.Expression],
     subquery columns the other correlation conditions read.
     """
     if not isinstance(query, exp.Select):
-        raise RecomputeRequired(f"correlated {kind.upper()} over a {query.key.upper()} is not "
-                                "maintained incrementally")
+        raise RecomputeRequired(
+            f"correlated {kind.upper()} over a {query.key.upper()} is not maintained incrementally"
+        )
     distinct = query.args.get("distinct")
-    if (query.args.get("group") or query.args.get("having")
-            or (distinct is not None and distinct.args.get("on"))
-            or any(contains_aggregate(p) for p in query.expressions)):
-        raise RecomputeRequired(f"correlated {kind.upper()} with an aggregate is not maintained "
-                                "incrementally")
+    if (
+        query.args.get("group")
+        or query.args.get("having")
+        or (distinct is not None and distinct.args.get("on"))
+        or any(contains_aggregate(p) for p in query.expressions)
+    ):
+        raise RecomputeRequired(
+            f"correlated {kind.upper()} with an aggregate is not maintained incrementally"
+        )
     where = query.args.get("where")
     parts = conjuncts(where.this) if where is not None else []
 
@@ -224,11 +253,15 @@ def _decorrelate(kind: str, query: exp.Expression, values: List[exp.Expression],
 
     correlated = [p for p in parts if any(is_outer(c) for c in p.find_all(exp.Column))]
     if sum(1 for p in correlated for c in p.find_all(exp.Column) if is_outer(c)) != len(references):
-        raise RecomputeRequired(f"correlated {kind.upper()} referencing the outer query outside "
-                                "its WHERE conditions is not maintained incrementally")
+        raise RecomputeRequired(
+            f"correlated {kind.upper()} referencing the outer query outside "
+            "its WHERE conditions is not maintained incrementally"
+        )
     if any(p.find(exp.Query, exp.Exists) for p in correlated):
-        raise RecomputeRequired(f"correlated {kind.upper()} with a nested subquery in its "
-                                "correlation is not maintained incrementally")
+        raise RecomputeRequired(
+            f"correlated {kind.upper()} with a nested subquery in its "
+            "correlation is not maintained incrementally"
+        )
     exposed: List[exp.Expression] = []
     if values:
         exposed = [projection.unalias().copy() for projection in query.expressions]
@@ -249,11 +282,18 @@ def _decorrelate(kind: str, query: exp.Expression, values: List[exp.Expression],
         else:
             pairs.append((pair[0], expose(pair[1]), pair[2]))
     if not pairs:
-        raise RecomputeRequired(f"{kind.upper()} without an equality correlating it with the outer "
-                                "query is not maintained incrementally")
+        raise RecomputeRequired(
+            f"{kind.upper()} without an equality correlating it with the outer "
+            "query is not maintained incrementally"
+        )
     others = [
-        part.copy().transform(lambda n: exp.column(key_column(expose(n)), table=alias)
-                              if isinstance(n, exp.Column) and not is_outer(n) else n)
+        part.copy().transform(
+            lambda n: (
+                exp.column(key_column(expose(n)), table=alias)
+                if isinstance(n, exp.Column) and not is_outer(n)
+                else n
+            )
+        )
         for part in pending
     ]
     derived = query.copy()
@@ -264,8 +304,9 @@ def _decorrelate(kind: str, query: exp.Expression, values: List[exp.Expression],
     return derived, pairs, others, len(exposed)
 
 
-def _correlation_pair(part: exp.Expression, outer: Set[str],
-                      inner: Set[str]) -> Optional[Tuple[exp.Expression, exp.Expression, bool]]:
+def _correlation_pair(
+    part: exp.Expression, outer: Set[str], inner: Set[str]
+) -> Optional[Tuple[exp.Expression, exp.Expression, bool]]:
     """(outer expression, inner expression, null-safe) of an `=` / `<=>` relating the two sides."""
     if not isinstance(part, (exp.EQ, exp.NullSafeEQ)):
         return None

@@ -46,7 +46,8 @@ def decimal_precision_scale(data_type: str) -> Optional[tuple]:
 
 
 def sum_type(data_type: Optional[str], kind: Optional[str]) -> str:
-    """The type of Spark's SUM over a value of `data_type` (or only of a numeric kind); "" if unknown."""
+    """The type of Spark's SUM over a value of `data_type` (or only of a numeric kind); "" if
+    unknown."""
     kind = numeric_kind_of_type(data_type) or kind
     if kind == INTEGRAL:
         return "bigint"
@@ -120,13 +121,17 @@ class TypeOracle:
             for projection in source.this.expressions:
                 if projection.alias_or_name.lower() == name.lower():
                     inner = projection.unalias()
-                    return self.type_of(inner) if isinstance(inner, (exp.Column, exp.Cast)) else None
+                    return (
+                        self.type_of(inner) if isinstance(inner, (exp.Column, exp.Cast)) else None
+                    )
         return None
 
 
 def _source_named(select: exp.Select, alias: str) -> Optional[exp.Expression]:
     from_ = select.args.get("from_")
-    candidates = ([from_.this] if from_ is not None else []) + [j.this for j in select.args.get("joins") or []]
+    candidates = ([from_.this] if from_ is not None else []) + [
+        j.this for j in select.args.get("joins") or []
+    ]
     for candidate in candidates:
         if candidate.alias_or_name == alias:
             return candidate

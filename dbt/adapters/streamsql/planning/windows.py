@@ -104,11 +104,16 @@ def window_obstacle(window: exp.Window) -> Optional[str]:
 def block_obstacle(select: exp.Select) -> Optional[str]:
     windows = windows_of(select)
     first = window_name(windows[0])
-    if select.args.get("group") or select.args.get("having") or select.args.get("distinct") or any(
-        contains_aggregate(p) for p in select.expressions
+    if (
+        select.args.get("group")
+        or select.args.get("having")
+        or select.args.get("distinct")
+        or any(contains_aggregate(p) for p in select.expressions)
     ):
-        return (f"window function {first}() over an aggregate in the same SELECT is not maintained "
-                "incrementally")
+        return (
+            f"window function {first}() over an aggregate in the same SELECT is not maintained "
+            "incrementally"
+        )
     if select.args.get("laterals"):
         return f"window function {first}() over a LATERAL VIEW is not maintained incrementally"
     if select.args.get("windows"):
@@ -130,11 +135,15 @@ def block_obstacle(select: exp.Select) -> Optional[str]:
     if not partition_keys(select):
         if not any(w.args.get("partition_by") for w in windows):
             return f"window function {first}() without PARTITION BY is not maintained incrementally"
-        return (f"window functions ({', '.join(dict.fromkeys(window_name(w) for w in windows))}) "
-                "without a PARTITION BY key in common are not maintained incrementally")
+        return (
+            f"window functions ({', '.join(dict.fromkeys(window_name(w) for w in windows))}) "
+            "without a PARTITION BY key in common are not maintained incrementally"
+        )
     if not has_rank_filter(select):
-        return (f"window function {first}() without a filter on its rank (= / <= / < a constant) "
-                "right above it is not maintained incrementally")
+        return (
+            f"window function {first}() without a filter on its rank (= / <= / < a constant) "
+            "right above it is not maintained incrementally"
+        )
     return None
 
 
@@ -158,8 +167,11 @@ def has_rank_filter(select: exp.Select) -> bool:
 
 def _rank_columns(select: exp.Select, subquery: exp.Subquery) -> List[str]:
     alias = subquery.args.get("alias")
-    names = ([c.name for c in alias.columns] if alias is not None and alias.columns
-             else [p.alias_or_name for p in select.expressions])
+    names = (
+        [c.name for c in alias.columns]
+        if alias is not None and alias.columns
+        else [p.alias_or_name for p in select.expressions]
+    )
     ranks = []
     for name, projection in zip(names, select.expressions):
         value = projection.unalias()
@@ -210,8 +222,13 @@ def eliminate_qualify(tree: exp.Expression) -> exp.Expression:
         names = [p.alias_or_name for p in select.expressions]
         inner = select.copy()
         inner.set("qualify", None)
-        inner.set("expressions", [exp.alias_(p.unalias().copy(), f"_streamsql_p{i}")
-                                  for i, p in enumerate(select.expressions)])
+        inner.set(
+            "expressions",
+            [
+                exp.alias_(p.unalias().copy(), f"_streamsql_p{i}")
+                for i, p in enumerate(select.expressions)
+            ],
+        )
         added: Dict[str, str] = {}
 
         def lift(node: exp.Expression) -> exp.Expression:
@@ -228,10 +245,13 @@ def eliminate_qualify(tree: exp.Expression) -> exp.Expression:
 
         condition = qualify.this.copy().transform(lift)
         outer = exp.Select(
-            expressions=[exp.alias_(exp.column(f"_streamsql_p{i}", table=alias), name)
-                         for i, name in enumerate(names)],
-            from_=exp.From(this=exp.Subquery(
-                this=inner, alias=exp.TableAlias(this=exp.to_identifier(alias)))),
+            expressions=[
+                exp.alias_(exp.column(f"_streamsql_p{i}", table=alias), name)
+                for i, name in enumerate(names)
+            ],
+            from_=exp.From(
+                this=exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+            ),
             where=exp.Where(this=condition),
         )
         for key in ("order", "sort", "distribute", "cluster", "limit", "offset"):
@@ -279,4 +299,3 @@ def add_tie_breakers(tree: exp.Expression, oracle: TypeOracle) -> None:
             else:
                 for breaker in breakers:
                     order.append("expressions", breaker.copy())
-
