@@ -58,9 +58,11 @@ class DbtProject:
         )
 
     def dbt_popen(self, *args: str) -> subprocess.Popen:
+        """dbt in a process of its own, in a process group of its own (its JVM included), so
+        that `os.killpg(process.pid, ...)` stops all of it."""
         run_env = dict(os.environ, DBT_SEND_ANONYMOUS_USAGE_STATS="false")
         return subprocess.Popen(
             [DBT, *args, "--project-dir", str(self.root), "--profiles-dir", str(self.root)],
             cwd=self.root, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
+            text=True, start_new_session=True,
         )

@@ -22,6 +22,7 @@ from typing import Any, Dict
 import pytest
 
 from scripts.spark_servers import StandaloneCluster, ThriftServer
+from tests.functional.test_concurrency import assert_consistent, two_runs_at_once
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,6 +112,13 @@ def test_sample_project_same_views_embedded_on_cluster_and_over_thrift(cluster, 
             "user": "dbt", "schema": "demo", "threads": 4, "connect_retries": 3,
             "server_side_parameters": SMALL_DATA,
         })
+        # Two runs of the same models at once: through the server nothing serializes them.
+        concurrent = {"type": "streamsql", "method": "thrift", "host": "127.0.0.1",
+                      "port": thrift.port, "user": "dbt", "schema": "conc_thrift",
+                      "connect_retries": 3, "server_side_parameters": SMALL_DATA}
+        for attempt in ("first", "second"):  # the second: steps 2 and 3, over state
+            outputs = two_runs_at_once(tmp_path / f"concurrent_{attempt}", concurrent)
+            assert_consistent(tmp_path / f"concurrent_{attempt}", concurrent, outputs)
     finally:
         thrift.stop()
 

@@ -1,11 +1,15 @@
-"""SPEC section 6: a step that fails at any point is completed exactly once by the next run.
+"""SPEC section 6: a step that fails at any point is completed exactly once by the next run,
+and no table ever shows part of a step.
 
 The step's test-only fault switch (`STREAMSQL_TEST_FAIL_AT`) makes a step fail at one of its named
 checkpoints. For each checkpoint a linear and an aggregate step reach (and, for a query over an
 aggregate below a join, the points around its stage's state write), the test fails a step there,
 checks what the failed step left behind (the model as before the step when the fault comes before
-the commit, as after it when it comes after), re-runs, and checks the model against its query
+its commit, as after it when it comes after), re-runs, and checks the model against its query
 evaluated from scratch (a change applied twice or lost would show), then takes one more step.
+`TestSideTablesAfterCrash` does the same for the quarantine, waterline and held rows of a model
+with LATENESS and WATERMARK: at the moment of the fault each side table holds all of the step or
+none of it, and after the re-run each equals a twin model's that never failed.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ from dbt.tests.util import run_dbt
 from dbt.adapters.streamsql.execution.step import FAULT_INJECTION_ENV
 
 LINEAR_CHECKPOINTS = ["start", "before_commit", "after_commit"]  # a linear step has no state
-AGGREGATE_CHECKPOINTS = ["start", "before_state", "after_state", "before_commit", "after_commit"]
-STAGED_CHECKPOINTS = ["after_state", "before_commit"]  # the stage's state written, model not
+AGGREGATE_CHECKPOINTS = ["start", "before_commit", "after_commit", "before_state", "after_state"]
+STAGED_CHECKPOINTS = ["before_commit", "before_state"]  # the model committed, the stage not yet
+# Points after the model's commit: the step has happened; side tables may still lack it.
+AFTER_COMMIT = {"after_commit", "before_quarantine", "before_hold", "before_state",
+                "after_state"}
 CASES: List[Tuple[str, str]] = (
     [("linear", point) for point in LINEAR_CHECKPOINTS]
     + [("aggregate", point) for point in AGGREGATE_CHECKPOINTS]
@@ -106,7 +113,7 @@ class TestCrashRecovery:
 
         failed = run_step(name, fail_at=point, expect_pass=False)
         assert f"injected fault at {point}" in (failed.message or ""), failed.message
-        if point == "after_commit":
+        if point in AFTER_COMMIT:
             assert latest_version(project, model) > before_version
             assert_model_equals_query(f"after a fault at {point}")
         else:
@@ -116,8 +123,8 @@ class TestCrashRecovery:
 
         rerun = run_step(name).adapter_response
         assert rerun["step"] == 2, rerun
-        if point == "after_commit":
-            # step 2 was complete: nothing left to do, nothing read again
+        if point in AFTER_COMMIT:
+            # step 2 had happened: the run finished its state, and had nothing left to do
             assert (rerun["changes_read"], rerun["applied"]) == (0, 0), rerun
         else:
             assert rerun["changes_read"] == step2_changes, rerun
@@ -139,33 +146,46 @@ TIMED_CONFIG = ("{{ config(materialized='incremental_view', "
                 "lateness={'ts': 'INTERVAL 1 HOUR'}, watermark={'ts': 'INTERVAL 10 MINUTES'}) }}\n")
 TIMED_SQL = "select id, ts, v from {{ target.schema }}.src_timed"
 SIDE_TABLES = {"__late": "_streamsql_at", "__waterline": "at", "__pending": None}
+# fault point -> which side tables hold step 2 when the step stops there (all of it or none)
+SIDE_FAULTS = {"before_commit": (), "before_quarantine": (),
+               "before_hold": ("__late", "__waterline")}
 
 
 class TestSideTablesAfterCrash:
-    """A step that wrote its quarantine, waterline and held rows but never committed: the re-run
-    must leave every side table as a step that never failed does (a twin model, same query)."""
+    """A step with LATENESS and WATERMARK stopped before its commit and between its side-table
+    writes: at that moment each side table holds all of the step's rows or none of them, and the
+    re-run leaves every table as a step that never failed does (a twin model, same query)."""
 
     @pytest.fixture(scope="class")
     def models(self) -> Dict[str, str]:
-        return {"timed_faulted.sql": TIMED_CONFIG + TIMED_SQL,
-                "timed_twin.sql": TIMED_CONFIG + TIMED_SQL}
+        files = {"timed_twin.sql": TIMED_CONFIG + TIMED_SQL}
+        for point in SIDE_FAULTS:
+            files[f"timed_{point}.sql"] = TIMED_CONFIG + TIMED_SQL
+        return files
 
     def side_rows(self, project, model: str, suffix: str) -> Counter:
         relation = f"{project.test_schema}.{model}{suffix}"
         wall_clock = SIDE_TABLES[suffix]
         columns = [row[0] for row in project.run_sql(f"describe table {relation}", fetch="all")
-                   if row[0] and not row[0].startswith("#") and row[0] != wall_clock]
+                   if row[0] and not row[0].startswith("#") and row[0] != wall_clock
+                   and row[0] != "_streamsql_held_id"]
         return bag(project, f"select {', '.join(columns)} from {relation}")
 
-    def assert_like_twin(self, project, when: str) -> None:
-        schema = project.test_schema
-        assert bag(project, f"select * from {schema}.timed_faulted") == \
-            bag(project, f"select * from {schema}.timed_twin"), when
-        for suffix in SIDE_TABLES:
-            assert self.side_rows(project, "timed_faulted", suffix) == \
-                self.side_rows(project, "timed_twin", suffix), f"{suffix} {when}"
+    def step_rows(self, project, model: str, suffix: str, step: int) -> int:
+        column = {"__late": "_streamsql_step", "__waterline": "step",
+                  "__pending": "coalesce(_streamsql_released_step, _streamsql_held_step)"}[suffix]
+        return project.run_sql(f"select count(*) from {project.test_schema}.{model}{suffix} "
+                               f"where {column} = {step}", fetch="one")[0]
 
-    def test_rerun_leaves_side_tables_as_an_unfailed_step(self, project):
+    def assert_like_twin(self, project, model: str, when: str) -> None:
+        schema = project.test_schema
+        assert bag(project, f"select * from {schema}.{model}") == \
+            bag(project, f"select * from {schema}.timed_twin"), f"{model} {when}"
+        for suffix in SIDE_TABLES:
+            assert self.side_rows(project, model, suffix) == \
+                self.side_rows(project, "timed_twin", suffix), f"{model}{suffix} {when}"
+
+    def test_side_tables_hold_all_of_a_step_or_none_and_the_rerun_finishes_it(self, project):
         src = f"{project.test_schema}.src_timed"
         project.run_sql(f"create table {src} (id int, ts timestamp, v int)")
         project.run_sql(f"insert into {src} values (1, timestamp'2024-01-01 10:00:00', 1), "
@@ -176,15 +196,20 @@ class TestSideTablesAfterCrash:
         project.run_sql(f"insert into {src} values (3, timestamp'2024-01-01 12:00:00', 3), "
                         "(4, timestamp'2024-01-01 08:00:00', 4), (5, null, 5), "
                         "(6, timestamp'2024-01-01 11:55:00', 6)")
-        failed = run_step("timed_faulted", fail_at="before_commit", expect_pass=False)
-        assert "injected fault at before_commit" in (failed.message or ""), failed.message
-        schema = project.test_schema
-        assert project.run_sql(f"select count(*) from {schema}.timed_faulted__late",
-                               fetch="one")[0] > 0, "the failed attempt wrote its quarantine"
-        assert run_step("timed_faulted").adapter_response["step"] == 2
         assert run_step("timed_twin").adapter_response["step"] == 2
-        self.assert_like_twin(project, "after the re-run of step 2")
+        for point, written in SIDE_FAULTS.items():
+            model = f"timed_{point}"
+            failed = run_step(model, fail_at=point, expect_pass=False)
+            assert f"injected fault at {point}" in (failed.message or ""), failed.message
+            for suffix in SIDE_TABLES:
+                # all of step 2 (as the twin has it) or none of it
+                expected = (self.step_rows(project, "timed_twin", suffix, 2)
+                            if suffix in written else 0)
+                assert self.step_rows(project, model, suffix, 2) == expected, (point, suffix)
+            assert run_step(model).adapter_response["step"] == 2
+            self.assert_like_twin(project, model, f"after the re-run of a fault at {point}")
         project.run_sql(f"insert into {src} values (7, timestamp'2024-01-01 13:00:00', 7), "
                         "(8, timestamp'2024-01-01 09:00:00', 8)")
         run_dbt(["run"])
-        self.assert_like_twin(project, "after step 3")
+        for point in SIDE_FAULTS:
+            self.assert_like_twin(project, f"timed_{point}", "after step 3")

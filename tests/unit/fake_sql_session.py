@@ -71,6 +71,7 @@ class FakeTable:
         return self.history[-1]["version"]
 
     table_id: str = "table-1"
+    size_bytes: int = 1000  # its data files' size (DESCRIBE DETAIL)
 
     def commit(self, operation: str, metadata: Optional[str] = None,
                parameters: Optional[Dict[str, str]] = None,
@@ -92,7 +93,9 @@ class Answers:
     widest: int = 1  # most copies of one row in the change
     recompute_groups: int = 0  # MIN/MAX groups that need a recompute (recompute_check)
     late: int = 0  # late copies (late_count)
-    held: int = 0  # rows WATERMARK holds (held_count)
+    held: int = 0  # rows WATERMARK holds after the step (pending_counts)
+    pending_writes: int = 1  # rows of __pending the step marks or adds (pending_counts)
+    groups: int = 3  # groups an aggregate's change touches
     waterline: Optional[str] = "2024-01-01 10:00:00"  # w_<i> of waterline_query
     max_seen: Optional[str] = "2024-01-01 11:00:00"  # m_<i>
     seen: Optional[str] = "2024-01-01 11:00:00"  # s_<i> of the watermark's seen_query
@@ -124,10 +127,12 @@ class FakeSqlSession:
         self.column_types.update(dict(columns))
         self.tables[table_key(name)] = table
 
-    def append_to(self, name: str, rows: int = 3) -> None:
+    def append_to(self, name: str, rows: int = 3, size_bytes: int = 100) -> None:
         """Someone else appends rows to a source: a new version."""
-        self.tables[table_key(name)].commit("WRITE", parameters={"mode": "Append"},
-                                            metrics={"numOutputRows": str(rows)})
+        table = self.tables[table_key(name)]
+        table.commit("WRITE", parameters={"mode": "Append"},
+                     metrics={"numOutputRows": str(rows), "numOutputBytes": str(size_bytes)})
+        table.size_bytes += size_bytes
 
     def delete_from(self, name: str, rows: int = 1) -> None:
         """Someone else deletes rows of a source: a new version."""
@@ -153,6 +158,9 @@ class FakeSqlSession:
 
     def release(self, name: str) -> None:
         self.statements.append(f"RELEASE {name}")
+
+    def local_checkpoints(self) -> bool:
+        return True  # as the embedded session
 
     def delta_log(self) -> SqlDeltaLog:
         return SqlDeltaLog(self)
@@ -186,7 +194,8 @@ class FakeSqlSession:
         match = re.match(r"^DESCRIBE DETAIL (\S+)$", statement)
         if match:
             table = self._table(match.group(1))
-            return [{"id": table.table_id, "properties": dict(table.properties)}]
+            return [{"id": table.table_id, "properties": dict(table.properties),
+                     "sizeInBytes": table.size_bytes}]
         match = re.match(r"^DESCRIBE TABLE (\S+)$", statement)
         if match:
             return [{"col_name": n, "data_type": t}
@@ -260,15 +269,17 @@ class FakeSqlSession:
 
     def _select(self, statement: str) -> List[Dict[str, Any]]:
         a = self.answers
-        if re.search(r" AS (lo0|inserts|final0)\b", statement):  # facts of a change, in one row
+        if re.search(r" AS (lo0|inserts|final0|groups)\b", statement):  # a change's facts
             row: Dict[str, Any] = {}
             for name in re.findall(r" AS (\w+)", statement):
-                if re.fullmatch(r"(lo|hi)\d+", name):
+                if re.fullmatch(r"d?(lo|hi)\d+", name):
                     row[name] = a.bound
                 elif re.fullmatch(r"final\d+", name):
                     row[name] = list(a.touched_final_groups)
             if " AS inserts" in statement:
                 row.update({"inserts": a.inserts, "deletes": a.deletes, "widest": a.widest})
+            if " AS groups" in statement:
+                row["groups"] = a.groups
             return [row]
         if " AS removals" in statement:
             return [{"n": a.changes, "removals": a.removals}]
@@ -280,6 +291,8 @@ class FakeSqlSession:
             for i in range(count):
                 waterlines.update({f"w_{i}": a.waterline, f"m_{i}": a.max_seen})
             return [waterlines]
+        if " AS held, " in statement:
+            return [{"held": a.held, "writes": a.pending_writes}]
         if " AS s_0" in statement:
             return [{f"s_{i}": a.seen for i in range(len(re.findall(r" AS s_\d+", statement)))}]
         if "CAST(unix_micros(" in statement or re.search(r"CAST\(v0 AS STRING\) AS v0", statement):

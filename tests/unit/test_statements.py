@@ -105,12 +105,13 @@ def test_appending_state_keeps_gone_groups_as_markers_except_on_a_first_write():
     assert first.endswith("FROM new_groups WHERE _streamsql_count > 0 ORDER BY `_streamsql_g0`")
 
 
-def test_compacting_state_rewrites_the_live_groups_with_this_steps_changes():
-    statement = sql.rewrite_state("st", 12, "new_groups", GROUP, STATE, step=13, order=GROUP)
+def test_compacting_state_keeps_the_state_it_holds_as_of_a_step():
+    statement = sql.compact_state("st", 12, GROUP, STATE, order=GROUP)
     parses(statement)
     assert statement.startswith("INSERT OVERWRITE st (")
-    assert "FROM st VERSION AS OF 12 UNION ALL SELECT" in statement
-    assert "CAST(13 AS BIGINT) AS _streamsql_step FROM new_groups" in statement
+    assert "FROM (SELECT * FROM st WHERE _streamsql_step <= 12) GROUP BY" in statement
+    assert "SELECT `_streamsql_g0`, `_streamsql_count`, `_streamsql_a1`, CAST(12 AS BIGINT)" \
+        in statement
     assert statement.endswith("WHERE _streamsql_latest._streamsql_count > 0) "
                               "ORDER BY `_streamsql_g0`")
 
@@ -118,10 +119,13 @@ def test_compacting_state_rewrites_the_live_groups_with_this_steps_changes():
 def test_range_aggregates_and_their_predicates_skip_what_has_no_literal():
     columns = [Column("k", "bigint"), Column("tags", "array<string>"),
                Column("w", "struct<start:timestamp,end:timestamp>")]
-    assert sql.range_aggregates(columns, "g") == [
-        "CAST(MIN(g.`k`) AS STRING) AS lo0", "CAST(MAX(g.`k`) AS STRING) AS hi0",
-        "CAST(unix_micros(MIN(g.`w`.start)) AS STRING) AS lo1",
-        "CAST(unix_micros(MAX(g.`w`.start)) AS STRING) AS hi1"]
+    assert sql.range_aggregates(columns, "g") == {
+        "lo0": "CAST(MIN(g.`k`) AS STRING)", "hi0": "CAST(MAX(g.`k`) AS STRING)",
+        "lo1": "CAST(unix_micros(MIN(g.`w`.start)) AS STRING)",
+        "hi1": "CAST(unix_micros(MAX(g.`w`.start)) AS STRING)"}
+    assert sql.range_aggregates(columns[:1], "t", where="t.w < 0", name="d") == {
+        "dlo0": "CAST(MIN(t.`k`) FILTER (WHERE t.w < 0) AS STRING)",
+        "dhi0": "CAST(MAX(t.`k`) FILTER (WHERE t.w < 0) AS STRING)"}
     row = {"lo0": "1", "hi0": "9", "lo1": None, "hi1": None}  # no window in the change
     assert sql.range_predicates(columns, "g", row) == [
         "(((g.`k` >= CAST('1' AS bigint)) AND (g.`k` <= CAST('9' AS bigint))) OR g.`k` IS NULL)",

@@ -98,8 +98,7 @@ def steps_recorded(session: FakeSqlSession, table: str) -> List[int]:
 # embedded session asks the same of Delta's log in the JVM, without statements.
 
 INPUT_AND_MODEL = ["history demo.src", "detail demo.src", "columns demo.src", "exists? demo"]
-COMMIT = ["set userMetadata", "reset userMetadata",  # no side tables to write
-          "set userMetadata", "set txnAppId", "set txnVersion"]
+COMMIT = ["set userMetadata", "set txnAppId", "set txnVersion"]
 COMMITTED = ["reset userMetadata", "reset txnAppId", "reset txnVersion",
              "history demo.m"]  # the commit is this run's (and counts its rows)
 
@@ -151,6 +150,12 @@ def test_a_linear_step_with_deletions_nets_the_change_and_merges_it():
     netted = [s for s in session.statements[start:]
               if s.startswith("CHECKPOINT") and "_net AS" in s]
     assert len(netted) == 1 and "HAVING SUM(_streamsql_weight) <> 0" in netted[0]
+    # the model's rows a whole-row MERGE may delete lie in the deleted rows' range of every
+    # column: literal bounds on the target, computed with the change's counts in one query
+    (counts,) = [s for s in session.statements[start:] if " AS inserts" in s]
+    assert "MIN(t.`id`) FILTER (WHERE t._streamsql_weight < 0)" in counts
+    merge = next(s for s in session.statements[start:] if s.startswith("MERGE INTO `demo`.`m`"))
+    assert "((t.`id` >= CAST('1' AS bigint)) AND (t.`id` <= CAST('1' AS bigint)))" in merge
 
 
 def test_a_run_whose_inputs_did_not_change_is_not_a_step_and_plans_nothing():
@@ -163,7 +168,7 @@ def test_a_run_whose_inputs_did_not_change_is_not_a_step_and_plans_nothing():
     assert steps_recorded(session, "demo.m") == [0, 1]
 
 
-def test_an_aggregate_step_writes_its_state_before_the_model():
+def test_an_aggregate_step_commits_the_model_then_appends_its_state():
     session = new_session()
     run_step(session, model("agg"), AGGREGATE)
     session.append_to("demo.src")
@@ -175,17 +180,21 @@ def test_an_aggregate_step_writes_its_state_before_the_model():
     state, target = "demo.agg__streamsql_state", "demo.agg"
     check = next(i for i, s in enumerate(session.statements[start:])
                  if s.startswith("SELECT COUNT(*) AS n FROM") and " WHERE " in s)
-    order = [steps.index(r) for r in (
-        f"history {state}",  # bookkeeping: is the state as the record says?
-        "materialize group_delta")] + [check] + [steps.index(r) for r in (  # MIN/MAX: may a
-        "materialize groups_new", "materialize net",  # deleted value have been one?
-        f"insert {state}", f"merge {target}")]
-    assert order == sorted(order)
-    # the change feed is read once, by the group delta: inline, not materialized
-    assert "materialize delta_0" not in steps
-    # the state's new version travels in the model's commit
+    order = [steps.index("materialize group_delta"), check] + [steps.index(r) for r in (
+        "materialize groups_new", "materialize net", f"merge {target}", f"insert {state}")]
+    assert order == sorted(order)  # (MIN/MAX: may a deleted value have been one? `check`)
+    assert "materialize delta_0" not in steps  # the change feed is read once: inline
+    # the state is read by step number (no version to pin), and the record names the state
+    # append as the step's side write, which carries the record and an id of its own
+    groups_new = next(s for s in session.statements[start:] if s.startswith("CHECKPOINT")
+                      and "_groups_new AS" in s)
+    assert "WHERE _streamsql_step <= 1" in groups_new
     record = StepRecord.from_json(session.commits(target)[-1]["userMetadata"])
-    assert record.state_version == session.tables[state].version
+    assert record.side_writes == ["__streamsql_state"]
+    appended = session.commits(state)[-1]
+    assert StepRecord.from_json(appended["userMetadata"]).step == 2
+    assert session.tables[state].txns == {f"streamsql:demo.agg:{record.incarnation}"
+                                          ":__streamsql_state": 2}
 
 
 def test_state_tables_are_logs_appended_each_step_and_compacted_when_they_outgrow_the_groups():
@@ -198,13 +207,14 @@ def test_state_tables_are_logs_appended_each_step_and_compacted_when_they_outgro
         writes += [r for r in roles(session, start) if r.endswith(state)
                    and r.split()[0] in ("insert", "overwrite", "merge")]
         session.append_to("demo.src")
-    # 3 live groups: appended rows outnumber them after two appends, and the third compacts
+    # 3 live groups: after two appends of 3 changed groups each, the log has outgrown them,
+    # and the fourth step compacts it (before it reads it) and then appends its own rows
     assert writes == [f"insert {state}", f"insert {state}", f"insert {state}",
-                      f"overwrite {state}"]
+                      f"overwrite {state}", f"insert {state}"]
     record = StepRecord.from_json(session.commits("demo.agg")[-1]["userMetadata"])
-    assert record.state_log == {"state": [3, 0, 0]} and record.state_layout == "log"
+    assert record.state_log == {"state": [3, 3, 1]} and record.state_layout == "log"
     compaction = [s for s in session.statements if s.startswith("INSERT OVERWRITE")][0]
-    assert "max_by(struct(" in compaction and " ORDER BY " in compaction
+    assert "WHERE _streamsql_step <= 3" in compaction and " ORDER BY " in compaction
 
 
 def test_a_state_table_of_an_older_layout_asks_for_a_full_refresh():
@@ -237,16 +247,16 @@ def test_a_staged_step_maintains_the_stage_first_and_binds_it_as_an_input():
     steps = roles(session, start)
     stage = "demo.st__streamsql_stage0"
     order = [steps.index(r) for r in (
-        "materialize stage0_group_delta", "materialize stage0_net", f"insert {stage}",
-        "insert demo.st")]  # the stage only inserted: the model's change is appended
+        "materialize stage0_group_delta", "materialize stage0_net", "insert demo.st",
+        f"insert {stage}")]  # the stage only inserted: the model's change is appended
     assert order == sorted(order)
     insert = next(s for s in session.statements[start:] if s.startswith("INSERT INTO `demo`.`st`"))
     assert "_streamsql_demo_st_" in insert and "_stage0_net" in insert
     record = StepRecord.from_json(session.commits("demo.st")[-1]["userMetadata"])
-    assert record.stage_versions == {"stage0": session.tables[stage].version}
+    assert record.state_tables == ["stage0"] and record.side_writes == ["__streamsql_stage0"]
 
 
-def test_a_lateness_step_quarantines_and_logs_the_waterline_before_the_model():
+def test_a_lateness_step_commits_the_model_then_its_waterline_quarantine_and_state():
     session = new_session(("demo.events", EVENTS))
     session.column_types["ws"] = "timestamp"
     settings = model("lw", lateness={"ws": "INTERVAL 1 HOUR"})
@@ -261,32 +271,38 @@ def test_a_lateness_step_quarantines_and_logs_the_waterline_before_the_model():
     order = [steps.index(r) for r in (
         "describe query", "create if missing demo.lw__late",
         "create if missing demo.lw__waterline", "materialize group_delta",
-        "materialize classified", "insert demo.lw__streamsql_state",
-        "insert demo.lw__late", "insert demo.lw__waterline", "merge demo.lw")]
+        "materialize classified", "merge demo.lw", "insert demo.lw__waterline",
+        "insert demo.lw__late", "insert demo.lw__streamsql_state")]
     assert order == sorted(order)
+    record = StepRecord.from_json(session.commits("demo.lw")[-1]["userMetadata"])
+    assert record.side_writes == ["__waterline", "__late", "__streamsql_state"]
     # the state read skips final windows, except the one a late change touches
     groups_new = next(s for s in session.statements[start:] if CHECKPOINT.match(s)
                       and CHECKPOINT.match(s).group(1) == "groups_new")
     assert "IN (CAST('2024-01-01 08:00:00' AS timestamp))" in groups_new
 
 
-def test_watermark_holds_then_flush_releases_everything():
+def test_watermark_holds_and_releases_in_one_merge_then_flush_releases_everything():
     session = new_session(("demo.events", EVENTS))
     settings = model("wm", watermark={"ts": "INTERVAL 10 MINUTES"})
     run_step(session, settings, "select id, k, ts from demo.events")
     session.answers.held = 2
     session.append_to("demo.events")
+    start = len(session.statements)
     result = run_step(session, settings, "select id, k, ts from demo.events")
     assert result.held == 2
-    held = [s for s in session.statements if s.startswith("INSERT INTO `demo`.`wm__pending`")]
-    assert held and "WHERE _streamsql_held_step = 2 AND NOT (" in held[-1]
+    (merge,) = [s for s in session.statements[start:]
+                if s.startswith("MERGE INTO `demo`.`wm__pending`")]
+    assert "WHEN MATCHED AND s._streamsql_release THEN UPDATE SET _streamsql_released_step = 2" \
+        in merge and "WHEN NOT MATCHED AND NOT s._streamsql_release THEN INSERT" in merge
     session.answers.held = 0
     start = len(session.statements)
     flushed = flush_step(session, settings)
     assert (flushed.plan, flushed.step, flushed.held) == ("flush", 3, 0)
-    assert any(s.startswith("UPDATE `demo`.`wm__pending` SET _streamsql_released_step = 3 "
-                            "WHERE _streamsql_released_step IS NULL AND (true)")
-               for s in session.statements[start:])
+    candidates = next(s for s in session.statements[start:] if CHECKPOINT.match(s)
+                      and CHECKPOINT.match(s).group(1) == "candidates")
+    assert "SELECT *, true AS _streamsql_release FROM" in candidates  # everything released
+    assert StepRecord.from_json(session.commits("demo.wm")[-1]["userMetadata"]).flush
 
 
 def test_flush_of_a_model_without_watermark_says_so():
@@ -298,48 +314,56 @@ def test_flush_of_a_model_without_watermark_says_so():
 
 # -- crash recovery: a retry after a fault at each point -----------------------------------
 
+BEFORE_COMMIT = {"start", "before_commit"}
+
 
 @pytest.mark.parametrize("point", FAULT_POINTS)
-@pytest.mark.parametrize("kind", ["aggregate", "late_window"])
+@pytest.mark.parametrize("kind", ["aggregate", "late_window", "watermark"])
 def test_a_retry_after_a_fault_completes_the_step_exactly_once(monkeypatch, kind, point):
     if kind == "aggregate":
         session, settings, query, source = new_session(), model("f"), AGGREGATE, "demo.src"
-    else:
+    elif kind == "late_window":
         session = new_session(("demo.events", EVENTS))
         settings, query = model("f", lateness={"ws": "INTERVAL 1 HOUR"}), LATE_WINDOW
         source = "demo.events"
+    else:
+        session = new_session(("demo.events", EVENTS))
+        settings = model("f", watermark={"ts": "INTERVAL 10 MINUTES"},
+                         lateness={"ts": "INTERVAL 1 HOUR"})
+        query, source = "select id, k, ts from demo.events", "demo.events"
     run_step(session, settings, query)
     session.append_to(source)
-    session.answers.removals, session.answers.deletes, session.answers.late = 1, 1, 1
-    state_before = session.tables["demo.f__streamsql_state"].version
+    session.answers.late = 1
     monkeypatch.setenv(FAULT_INJECTION_ENV, point)
-    reached = point not in ("before_hold",) and not (point == "before_quarantine"
-                                                      and kind == "aggregate")
-    if reached:
-        with pytest.raises(InjectedFault):
-            run_step(session, settings, query)
-    else:  # the step has no such point: it completes
+    try:
         run_step(session, settings, query)
-    committed = point == "after_commit" or not reached
+        reached = False  # the step has no such point: it completed
+    except InjectedFault:
+        reached = True
+    committed = not (reached and point in BEFORE_COMMIT)
     assert steps_recorded(session, "demo.f") == ([0, 1, 2] if committed else [0, 1])
+    record = StepRecord.from_json(session.commits("demo.f")[-1]["userMetadata"])
+    if not committed:
+        # nothing of step 2 anywhere: no side table has a commit of it
+        for suffix in ("__late", "__waterline", "__pending", "__streamsql_state"):
+            if f"demo.f{suffix}" in session.tables:
+                assert 2 not in steps_recorded(session, f"demo.f{suffix}"), suffix
     monkeypatch.delenv(FAULT_INJECTION_ENV)
+    missing = [suffix for suffix in record.side_writes
+               if 2 not in steps_recorded(session, f"demo.f{suffix}")] if committed else []
 
     start = len(session.statements)
     result = run_step(session, settings, query)
-    retried = roles(session, start)
     assert steps_recorded(session, "demo.f") == [0, 1, 2]  # step 2 committed exactly once
-    if committed:
-        assert result.skipped
-        return
-    assert result.step == 2 and not result.skipped
-    state_written = point in ("after_state", "before_quarantine", "before_commit")
-    # state written by the failed attempt is restored to the recorded version first
-    assert ("restore demo.f__streamsql_state" in retried) == state_written
-    if state_written:
-        assert f"RESTORE TABLE `demo`.`f__streamsql_state` TO VERSION AS OF {state_before}" in \
-            session.statements[start:]
-    # quarantine rows of the failed attempt are forgotten before the retry writes its own
-    wrote_quarantine = kind == "late_window" and point == "before_commit"
-    forgot = [s for s in session.statements[start:]
-              if s.startswith("DELETE FROM `demo`.`f__late` WHERE `_streamsql_step` >= 2")]
-    assert bool(forgot) == wrote_quarantine
+    if not committed:
+        assert result.step == 2 and not result.skipped
+        record = StepRecord.from_json(session.commits("demo.f")[-1]["userMetadata"])
+    else:
+        # the model had step 2: the run finishes its side writes, then has nothing to do
+        assert result.skipped and result.step == 2
+    # every side table the record names has step 2 exactly once, under its own id
+    for suffix in record.side_writes:
+        assert steps_recorded(session, f"demo.f{suffix}").count(2) == 1, suffix
+    # a step is computed again only when something was left to write (or it never committed)
+    computed = any(s.startswith("CHECKPOINT") for s in session.statements[start:])
+    assert computed == (not committed or bool(missing)), (missing, computed)

@@ -57,21 +57,35 @@ def test_release_needs_every_column_past_its_delay_and_lets_nulls_through():
     assert wm.release_condition(both, {}, release_all=True) == "true"
 
 
-def test_hold_keeps_only_this_steps_unreleased_candidates():
-    statement = wm.hold("`s`.`m__pending`", "cand", COLS, "`seq` IS NULL", step=7)
+def test_candidates_are_this_steps_changes_and_what_is_still_held_with_ids():
+    statement = wm.candidates("net", "pending", COLS, step=3, condition="`seq` IS NULL")
     parses(statement)
-    assert statement.endswith("WHERE _streamsql_held_step = 7 AND NOT (`seq` IS NULL)")
+    assert statement.startswith("SELECT *, `seq` IS NULL AS _streamsql_release FROM (")
+    assert ("CAST(3 AS BIGINT) AS _streamsql_held_step, uuid() AS _streamsql_held_id "
+            "FROM net") in statement
+    assert statement.endswith("FROM pending WHERE _streamsql_released_step IS NULL)")
 
 
-def test_candidates_are_this_steps_changes_and_what_is_still_held():
-    statement = wm.candidates("net", "pending", COLS, step=3)
+def test_one_merge_marks_what_is_released_and_adds_what_this_step_holds():
+    statement = wm.write_pending("p", "cand", COLS, step=4)
     parses(statement)
-    assert "CAST(3 AS BIGINT) AS _streamsql_held_step FROM net" in statement
-    assert statement.endswith("FROM pending WHERE _streamsql_released_step IS NULL")
+    # only the rows that change the table: held before and released now, or new and held
+    assert "WHERE _streamsql_release <> (_streamsql_held_step = 4)) AS s" in statement
+    assert "ON t._streamsql_held_id = s._streamsql_held_id" in statement
+    assert "WHEN MATCHED AND s._streamsql_release THEN UPDATE SET _streamsql_released_step = 4"\
+        in statement
+    assert "WHEN NOT MATCHED AND NOT s._streamsql_release THEN INSERT" in statement
 
 
-def test_forgetting_an_attempt_removes_its_rows_and_its_release_marks():
-    deleted, unmarked = wm.forget_attempt("p", 4)
-    assert deleted == "DELETE FROM p WHERE _streamsql_held_step >= 4"
-    assert unmarked == ("UPDATE p SET _streamsql_released_step = NULL "
-                        "WHERE _streamsql_released_step >= 4")
+def test_counts_of_what_stays_held_and_what_the_step_writes():
+    statement = wm.pending_counts("cand", step=4)
+    parses(statement)
+    assert "FILTER (WHERE NOT _streamsql_release), 0) AS held" in statement
+    assert "COUNT(*) FILTER (WHERE _streamsql_release <> (_streamsql_held_step = 4)) AS writes" \
+        in statement
+
+
+def test_rows_of_an_earlier_pending_table_get_ids():
+    added, filled = wm.ids_missing("p")
+    assert added == "ALTER TABLE p ADD COLUMNS (_streamsql_held_id string)"
+    assert filled == "UPDATE p SET _streamsql_held_id = uuid() WHERE _streamsql_held_id IS NULL"

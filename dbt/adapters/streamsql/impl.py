@@ -15,6 +15,7 @@ from dbt_common.exceptions import DbtRuntimeError
 from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
+from dbt.adapters.streamsql.execution import configs
 from dbt.adapters.streamsql.execution.sql_session import AdapterSqlSession
 from dbt.adapters.streamsql.execution.step import (
     ModelSettings,
@@ -60,6 +61,7 @@ class StepResponse(AdapterResponse):
     held: int = 0
     waterline: Optional[Dict[str, Optional[str]]] = None
     seconds: float = 0.0
+    notes: Optional[List[str]] = None  # a recovery, a retention warning, an ignored column
 
 
 def _as_list(value: Any) -> List[str]:
@@ -70,9 +72,14 @@ def _as_list(value: Any) -> List[str]:
 
 def model_settings(relation: BaseRelation, config: Dict[str, Any],
                    full_refresh: bool) -> ModelSettings:
-    """What a step needs to know of a model: its table and the configs it obeys."""
+    """What a step needs to know of a model: its table and the configs it obeys.
+
+    Raises:
+        StepError: on_schema_change or unique_key has a value the step cannot obey.
+    """
     name = str(relation.identifier)
     location_root = config.get("location_root")
+    on_schema_change, unique_key = configs.model_options(name, config)
     return ModelSettings(
         name=name,
         schema=str(relation.schema),
@@ -86,6 +93,8 @@ def model_settings(relation: BaseRelation, config: Dict[str, Any],
         lateness=config.get("lateness") or {},
         max_future=config.get("max_future") or {},
         watermark=config.get("watermark") or {},
+        on_schema_change=on_schema_change,
+        unique_key=unique_key,
     )
 
 
@@ -115,6 +124,7 @@ def step_response(result: StepResult) -> StepResponse:
         held=result.held,
         waterline=result.waterline,
         seconds=round(result.seconds, 3),
+        notes=list(result.notes),
     )
 
 
@@ -152,16 +162,19 @@ class StreamSQLAdapter(SparkAdapter):
         self, relation: BaseRelation, compiled_sql: str, config: Any, full_refresh: bool
     ) -> StepResponse:
         """Run one step of the incremental view `relation` (called by the materialization)."""
-        model = model_settings(relation, dict(config or {}), bool(full_refresh))
+        config = dict(config or {})
+        for warning in configs.config_warnings(str(relation.identifier), config):
+            logger.warning(warning)  # no config is ignored silently
         with errors_as_dbt_errors():
+            model = model_settings(relation, config, bool(full_refresh))
             result = run_step(AdapterSqlSession(self), model, compiled_sql, log=logger.info)
         return step_response(result)
 
     @available
     def streamsql_flush(self, relation: BaseRelation, config: Any) -> StepResponse:
         """Release everything the model's WATERMARK holds (the `streamsql_flush` operation)."""
-        model = model_settings(relation, dict(config or {}), full_refresh=False)
         with errors_as_dbt_errors():
+            model = model_settings(relation, dict(config or {}), full_refresh=False)
             result = flush_step(AdapterSqlSession(self), model, log=logger.info)
         return step_response(result)
 

@@ -1,11 +1,12 @@
-"""Phase 2 of a step: where the model stands, and its tables.
+"""Where the model stands, and its tables.
 
 The model's Delta history holds its step records (`progress.StepRecord`, one per completed step,
-in the commit's userMetadata). `prepare_target` reads the last one, checks that the table was
-built by this query, creates side tables a config asks for, and undoes what an interrupted
-attempt left in state tables; on a first or full-refresh run it (re)creates every table instead.
-Every side-table commit carries the record of the step that made it (`with_record`), which is how
-`interrupted` tells an unfinished attempt's writes from a completed step's.
+in the commit's userMetadata). `last_step` reads the last one; `prepare_target` checks that the
+table was built by this query and creates side tables a config asks for, or, on a first or
+full-refresh run, (re)creates every table. Every side-table commit of a step carries its record
+too (`with_record`), which is how `unfinished_side_writes` tells which of a completed step's
+side-table writes a crash left undone (commit.py). `compact_state_tables` rewrites the state
+tables that have grown, before a step reads them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dbt.adapters.streamsql.execution import watermark as wm
 from dbt.adapters.streamsql.execution.context import StepContext, StepError
 from dbt.adapters.streamsql.execution.delta_log import Commit
 from dbt.adapters.streamsql.execution.inputs import InputState, describe_query, describe_views
-from dbt.adapters.streamsql.execution.progress import CREATING_OPERATIONS, StepRecord, last_record
+from dbt.adapters.streamsql.execution.progress import StepRecord, last_record
 from dbt.adapters.streamsql.planning.plan import AggregatePlan, Column, StepPlan
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 HISTORY_PAGE = 50  # commits of the model's history read to find its last step record
 STATE_LAYOUT = "log"  # how state tables keep their rows (progress.StepRecord.state_layout)
+# A state table is compacted after this many appends at the latest (compact_state_tables).
+COMPACT_AFTER_STEPS = 100
 
 
 def last_step(ctx: StepContext) -> Optional[StepRecord]:
@@ -67,18 +70,15 @@ def prepare_target(ctx: StepContext, plan: StepPlan, inputs: Sequence[InputState
         require_state_tables(ctx, plan, last)
         # LATENESS or WATERMARK may have been added to the config since the last step.
         create_event_time_tables(ctx, output_columns, rules, replace=False)
-        undo_interrupted_state(ctx, plan, last)
         return last
     # Step 0: empty tables; the first step then reads every input in full.
     create_event_time_tables(ctx, output_columns, rules, replace=True)
     record = StepRecord(step=0, run_id=ctx.run_id, sql_fingerprint=fingerprint,
                         incarnation=ctx.run_id, state_layout=STATE_LAYOUT)
     views = describe_views(inputs, plan.stages)
-    for stage in plan.stages:
-        record.stage_versions[stage.name] = create_state_table(
-            ctx, model.stage_table(stage.name), stage.aggregate, views)
-    if plan.aggregate is not None:
-        record.state_version = create_state_table(ctx, model.state_table, plan.aggregate, views)
+    for name, aggregate in state_aggregates(plan):
+        create_state_table(ctx, model.table(f"__streamsql_{name}"), aggregate, views)
+        record.state_tables.append(name)
     with_record(ctx, record, lambda: ctx.session.run(sql.create_table(
         model.target, output_columns, model.tblproperties, model.partition_by,
         model.cluster_by, model.location)), idempotent=False)
@@ -135,11 +135,18 @@ def create_event_time_tables(ctx: StepContext, output_columns: Sequence[Column],
             statement = statement.replace("CREATE OR REPLACE TABLE",
                                           "CREATE TABLE IF NOT EXISTS", 1)
         ctx.session.run(statement)
+    pending = model.table_name("__pending")
+    if rules.watermark and not replace and wm.HELD_ID not in {
+            c.name for c in ctx.delta_log.snapshot(pending).columns}:
+        ctx.log(f"{model.name}: giving the rows of {pending} ids (made by an earlier "
+                "dbt-streamsql)")
+        for statement in wm.ids_missing(model.pending_table):
+            ctx.session.run(statement)
 
 
 def create_state_table(ctx: StepContext, table: str, aggregate: AggregatePlan,
-                       describe_views: Mapping[str, str]) -> int:
-    """An empty state table for `aggregate`; returns its version."""
+                       describe_views: Mapping[str, str]) -> None:
+    """An empty state table for `aggregate`: its state columns and the step that wrote a row."""
     declared = list(aggregate.state_columns)
     if not all(c.data_type for c in declared):  # types the planner could not infer
         unbounded = {bound.name: "true" for bound in aggregate.bounds}
@@ -149,29 +156,26 @@ def create_state_table(ctx: StepContext, table: str, aggregate: AggregatePlan,
     # Internal: nobody reads its change feed, so its writes need not write one.
     ctx.session.run(sql.create_table(table, declared + [Column(sql.STEP, "bigint")],
                                      {"delta.enableChangeDataFeed": "false"}))
-    return ctx.latest_version(table)
 
 
-def state_tables(ctx: StepContext, plan: StepPlan,
-                 record: StepRecord) -> List[Tuple[str, Optional[int]]]:
-    """(state table, its version in `record`) for the plan's stages and top aggregate."""
-    tables = [(ctx.model.stage_table(stage.name), record.stage_versions.get(stage.name))
-              for stage in plan.stages]
+def state_aggregates(plan: StepPlan) -> List[Tuple[str, AggregatePlan]]:
+    """(state table name, its aggregate plan): the stages in plan order, then the top one."""
+    found = [(stage.name, stage.aggregate) for stage in plan.stages]
     if plan.aggregate is not None:
-        tables.append((ctx.model.state_table, record.state_version))
-    return tables
+        found.append(("state", plan.aggregate))
+    return found
 
 
 def require_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord) -> None:
     """A table built when the model was planned another way lacks this plan's state tables."""
-    tables = state_tables(ctx, plan, previous)
-    if tables and previous.state_layout != STATE_LAYOUT:
+    names = [name for name, _ in state_aggregates(plan)]
+    if names and previous.state_layout != STATE_LAYOUT:
         raise StepError(
             f"Model {ctx.model.name} keeps per-group state in tables built by an earlier "
             f"dbt-streamsql, which kept that state another way. Run `dbt run --full-refresh "
             f"--select {ctx.model.name}` once to rebuild them."
         )
-    if any(version is None for _, version in tables):
+    if any(name not in previous.state_tables for name in names):
         raise StepError(
             f"Model {ctx.model.name} is now maintained by a {plan.strategy} plan "
             f"({plan.reason}) that keeps per-group state its table was not built with (it "
@@ -180,41 +184,74 @@ def require_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord)
         )
 
 
-def undo_interrupted_state(ctx: StepContext, plan: StepPlan, previous: StepRecord) -> None:
-    """Restore each state table to the version the last completed step recorded."""
-    for table, version in state_tables(ctx, plan, previous):
-        current = ctx.latest_version(table)
-        if current != version:
-            ctx.log(f"{ctx.model.name}: undoing an interrupted step in {table} "
-                    f"(version {current} -> {version})")
-            ctx.session.run(sql.restore(table, version))
+def compact_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord,
+                         record: StepRecord) -> None:
+    """Rewrite each state table whose appended rows outnumber its live groups (or that was
+    appended to COMPACT_AFTER_STEPS times) as one row per live group, before the step reads it.
 
-
-def interrupted(ctx: StepContext, table: str, previous: StepRecord) -> bool:
-    """Whether an attempt after the last completed step wrote to a side table.
-
-    Side-table commits carry the step record of the attempt that made them, so the table's
-    last commit tells; one that carries none (the table's creation aside) is treated as such
-    an attempt, and undoing it is harmless when it is not.
+    The state the table holds does not change (statements.compact_state), so this is safe at
+    any moment, a crash included; `record` (the step's) gets the table's new counts.
     """
-    commit = ctx.delta_log.recent_commits(table, 1)[0]
-    written_by = StepRecord.from_json(commit.user_metadata)
-    if written_by is not None:
-        return written_by.step > previous.step
-    return commit.operation.upper() not in CREATING_OPERATIONS
+    for name, aggregate in state_aggregates(plan):
+        live, appended, steps = previous.state_log.get(name, [0, 0, 0])
+        if previous.step == 0 or (appended <= live and steps < COMPACT_AFTER_STEPS):
+            continue
+        table = ctx.model.table(f"__streamsql_{name}")
+        keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
+        statement = sql.compact_state(table, previous.step, keys, aggregate.state_columns,
+                                      sql.time_first(keys))
+        with_settings(ctx, [("spark.sql.files.maxRecordsPerFile", "250000")],
+                      lambda: ctx.session.run(statement))
+        written = ctx.delta_log.recent_commits(table, 1)[0]
+        record.state_log[name] = [int(written.metrics.get("numOutputRows", 0)), 0, 0]
+
+
+def unfinished_side_writes(ctx: StepContext, last: StepRecord) -> List[str]:
+    """The side tables `last` names (progress.StepRecord.side_writes) that lack its write."""
+    missing = []
+    for suffix in last.side_writes:
+        written, _ = newest_record(ctx, ctx.model.table_name(suffix))
+        if written is None or written.incarnation != last.incarnation \
+                or written.step < last.step:
+            missing.append(suffix)
+    return missing
+
+
+def record_before(ctx: StepContext, last: StepRecord) -> Tuple[StepRecord, int]:
+    """The record of the step before `last`, and the version of the model's commit of `last`.
+
+    Raises:
+        StepError: the model's history no longer holds it (a VACUUM of its log).
+    """
+    commits = ctx.delta_log.recent_commits(ctx.model.target_name, HISTORY_PAGE)
+    found: Optional[int] = None
+    for commit in commits:
+        record = StepRecord.from_json(commit.user_metadata)
+        if record is None or record.incarnation != last.incarnation:
+            continue
+        if record.step == last.step:
+            found = commit.version
+        elif record.step == last.step - 1 and found is not None:
+            return record, found
+    raise StepError(
+        f"Model {ctx.model.name}: step {last.step} was interrupted after its commit, and the "
+        f"record of step {last.step - 1} it needs to finish is no longer in the model's recent "
+        f"history. Run `dbt run --full-refresh --select {ctx.model.name}` to rebuild it."
+    )
 
 
 def with_record(ctx: StepContext, record: StepRecord, write: Callable[[], Any],
-                idempotent: bool) -> None:
+                idempotent: bool, table: str = "") -> None:
     """Run writing statements whose Delta commits carry the step record.
 
     `idempotent`: also Delta's txnAppId/txnVersion, so that a second commit of the same step
-    (a re-run after a crash, another process) is skipped by Delta itself.
+    (a re-run after a crash, another process) is skipped by Delta itself; `table` (a side
+    table's suffix) makes the id that table's own, so each table takes the step once.
     """
     settings = [(USER_METADATA, record.to_json())]
     if idempotent:
-        settings += [(TXN_APP_ID, f"streamsql:{ctx.model.target_name}:{record.incarnation}"),
-                     (TXN_VERSION, str(record.step))]
+        app = f"streamsql:{ctx.model.target_name}:{record.incarnation}{table and ':' + table}"
+        settings += [(TXN_APP_ID, app), (TXN_VERSION, str(record.step))]
     with_settings(ctx, settings, write)
 
 

@@ -50,10 +50,11 @@ def key_ranges(ctx: StepContext, columns: Sequence[Column], change: str, alias: 
     aliased `alias`) and returns their values. A first step's change is every row: no range.
     """
     also = dict(also or {})
-    aggregates = [] if ctx.first_step else sql.range_aggregates(columns, alias)
-    aggregates += [f"{expression} AS {name}" for name, expression in also.items()]
+    aggregates = {} if ctx.first_step else sql.range_aggregates(columns, alias)
+    aggregates.update(also)
     if not aggregates:
         return [], {}
-    row = ctx.session.query(f"SELECT {', '.join(aggregates)} FROM {change} AS {alias}")[0]
+    select = ", ".join(f"{expression} AS {name}" for name, expression in aggregates.items())
+    row = ctx.session.query(f"SELECT {select} FROM {change} AS {alias}")[0]
     ranges = [] if ctx.first_step else sql.range_predicates(columns, alias, row)
     return ranges, {name: row[name] for name in also}

@@ -73,7 +73,7 @@ def stage_change(ctx: StepContext, stage: StagePlan,
     """
     aggregate, label, position = stage.aggregate, f"{stage.name}_", stage.position
     table = ctx.model.stage_table(stage.name)
-    state = state_before(table, previous.stage_versions[stage.name], aggregate)
+    state = state_before(table, previous.step, aggregate)
     groups = changed_groups(ctx, label, aggregate, state)
     net = output_change(ctx, label, aggregate, groups, stage.columns)
     # The stage's whole result, before and after the step: what reads it may need any group.
@@ -91,8 +91,8 @@ def stage_change(ctx: StepContext, stage: StagePlan,
                                                      f"SELECT {columns} FROM ({output})"))
     ctx.bindings.set(delta_input(position), net)
     removals = int(ctx.session.query(sql.count_changes(net))[0]["removals"])
-    return removals, StateWrite(table, aggregate, groups, fresh=previous.step == 0,
-                                stage=stage.name)
+    return removals, StateWrite(table, f"__streamsql_{stage.name}", aggregate, groups,
+                                fresh=previous.step == 0)
 
 
 def linear_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
@@ -129,12 +129,12 @@ def aggregate_change(ctx: StepContext, plan: StepPlan, previous: StepRecord,
                      lateness: Sequence[late.LatenessRule]) -> Tuple[ModelChange, StateWrite]:
     """The top aggregate's change to the model, and the write of its state."""
     aggregate = plan.aggregate
-    assert aggregate is not None and previous.state_version is not None
-    state = state_before(ctx.model.state_table, previous.state_version, aggregate)
+    assert aggregate is not None
+    state = state_before(ctx.model.state_table, previous.step, aggregate)
     groups = changed_groups(ctx, "", aggregate, state, lateness, previous.waterline)
     # The table starts empty, even where the query's old output is not (a global aggregate
     # has one row over no input): on the first step there is nothing to delete.
     net = output_change(ctx, "", aggregate, groups, plan.output_columns,
                         nothing_before=previous.step == 0)
-    return (ModelChange(net),
-            StateWrite(ctx.model.state_table, aggregate, groups, fresh=previous.step == 0))
+    return (ModelChange(net), StateWrite(ctx.model.state_table, "__streamsql_state", aggregate,
+                                         groups, fresh=previous.step == 0))

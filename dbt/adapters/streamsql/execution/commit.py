@@ -1,24 +1,26 @@
 """Phase 5 of a step: every write, in the one order that makes a step exactly-once.
 
-Everything a step writes is computed first, into views pinned to versions, by the phases before
-this one; they describe their writes as `StepWrites` and write nothing themselves. `commit_step`
-then checks the change (append_only) and writes, in this order:
+Everything a step writes is computed first, by the phases before this one, into relations pinned
+to versions; they describe their writes as `StepWrites` and write nothing themselves.
+`commit_step` checks the change (append_only), then:
 
-1. the state tables (stages in plan order, then the top aggregate): `StateWrite`;
-2. held rows (`__pending`): `HeldWrite`;
-3. the quarantine and the waterline (`__late`, `__waterline`): `QuarantineWrite`;
-4. last, the model's change, in one Delta commit that carries the step record (input versions,
-   state versions, waterlines) and is idempotent with Delta's `txnAppId`/`txnVersion`.
+1. commits the model's change, in one Delta commit that carries the step record (the input
+   versions, the waterlines, and which side tables the step writes next) and is idempotent
+   (Delta's `txnAppId`/`txnVersion`: a second commit of the same step is skipped by Delta);
+2. writes each side table the record names, one commit each: `__waterline`, `__late`,
+   `__pending`, then the state tables (stages in plan order, then the top aggregate's). Each
+   of these commits is idempotent too, under an id of its own per table.
 
-Why that is crash-safe: a reader learns where the model stands only from the model's own
-history, so until 4 commits the step has not happened. Writes 1-3 carry the attempt's step record
-in their commits; the next run finds them there (`bookkeeping.interrupted`) and undoes them
-before it recomputes (state tables are restored to the versions the last record names; rows
-of `__pending`, `__late` and `__waterline` with this step's number are deleted). A step killed
-after 4 is complete: the next run finds its record, and its inputs' versions tell it there is
-nothing left to do. If 4 runs twice (a retry, or two processes), Delta commits it once.
-What this order does not give yet: between 1-3 and 4, a reader of a side table sees the
-attempt's rows until the next run undoes them.
+Why no table ever shows part of a step, and why a step happens exactly once: until 1 commits,
+the step wrote nothing (a run killed before leaves every table as it was; the next run takes
+the step from scratch). Once 1 commits, the step has happened. Each side table then gets the
+step in one commit: all of its rows, or none yet. A run killed between 1 and the end of 2 leaves
+some side tables without the step: the next run finds them (`bookkeeping.unfinished_side_writes`)
+and first finishes the step (step.py): it computes it again from the same input versions and
+the state as it was before the step (inputs are read by version, state tables by step number:
+statements.state_through), and writes again; Delta skips the writes that had landed. Two runs
+at once compute the same step; Delta commits one model write, and the other run finds another
+run's record and stops before writing anything.
 """
 
 from __future__ import annotations
@@ -29,26 +31,24 @@ from typing import List, Optional, Sequence, Tuple
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution import watermark as wm
-from dbt.adapters.streamsql.execution.bookkeeping import (
-    interrupted,
-    newest_record,
-    with_record,
-    with_settings,
-)
+from dbt.adapters.streamsql.execution.bookkeeping import newest_record, with_record, with_settings
 from dbt.adapters.streamsql.execution.bounds import key_ranges
 from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
 from dbt.adapters.streamsql.execution.progress import StepRecord
 from dbt.adapters.streamsql.execution.state import ChangedGroups, group_columns
-from dbt.adapters.streamsql.planning.plan import AggregatePlan, Column, StepPlan
+from dbt.adapters.streamsql.planning.plan import WEIGHT, AggregatePlan, Column, StepPlan
 
 MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
 # Rows per file of a first step's sorted bulk write: small enough files that a later step's key
 # ranges skip most of them.
 BULK_FILE_ROWS = 250_000
-# A state table's log is compacted after this many steps at the latest (write_state).
-COMPACT_AFTER_STEPS = 100
+# The side tables, by their suffix to the model's name.
+WATERLINE, LATE, PENDING = "__waterline", "__late", "__pending"
 # Whether Delta copies a MERGE's source before it reads it twice: needless for a source that is
-# materialized already, and which reads nothing that changes.
+# checkpointed already, and which reads nothing that changes. Not over Thrift: there the source
+# is a cached view, and another session's CACHE TABLE on the same server can match part of its
+# plan while the MERGE runs, which Delta refuses (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION)
+# unless it copied the source first.
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 
@@ -66,20 +66,23 @@ class ModelChange:
 
 @dataclass
 class StateWrite:
-    """The new state of an aggregate's changed groups, into its state table."""
+    """The new state of an aggregate's changed groups, appended to its state table."""
 
     table: str
+    suffix: str  # the table's name after the model's: "__streamsql_state", "__streamsql_stage0"
     aggregate: AggregatePlan
     groups: ChangedGroups
-    fresh: bool  # the table is empty (first step): a sorted bulk INSERT instead of a MERGE
-    stage: Optional[str] = None  # the stage it belongs to; None for the top aggregate
+    fresh: bool  # the table is empty (a first step): its groups sorted, without gone ones
+
+    @property
+    def name(self) -> str:  # the state table's name in the step record ("state", "stage0")
+        return self.suffix[len("__streamsql_"):]
 
 
 @dataclass
 class HeldWrite:
-    """WATERMARK: mark the released rows of `__pending`, and hold this step's new ones."""
+    """WATERMARK: the released rows of `__pending` marked, this step's held changes added."""
 
-    condition: str  # which changes the watermark releases (watermark.release_condition)
     candidates: str  # this step's changes and the ones held before (materialized view)
     columns: Sequence[Column]
 
@@ -95,11 +98,22 @@ class QuarantineWrite:
 
 @dataclass
 class StepWrites:
-    """What a step writes before the model's commit, in the order `commit_step` writes it."""
+    """What a step writes after the model's commit."""
 
     state: List[StateWrite] = field(default_factory=list)
     held: Optional[HeldWrite] = None
     quarantine: Optional[QuarantineWrite] = None
+
+    def tables(self, late_rows: int) -> List[str]:
+        """The side tables written, as suffixes of the model's name, in the order written."""
+        tables = []
+        if self.quarantine is not None:
+            tables.append(WATERLINE)
+            if late_rows:
+                tables.append(LATE)
+        if self.held is not None:
+            tables.append(PENDING)
+        return tables + [write.suffix for write in self.state if write.groups.count]
 
 
 def merge_key(plan: StepPlan,
@@ -130,12 +144,17 @@ def commit_step(ctx: StepContext, change: ModelChange, columns: Sequence[Column]
     """
     ranges: List[str] = []
     if not change.appends:
-        # One query: the change's counts and, for a MERGE by key, its range of keys.
-        ranges, counts = key_ranges(ctx, key_columns(columns, key), change.relation, "t",
-                                    sql.change_count_aggregates())
+        # One query: the change's counts; for a MERGE by key, its range of keys; for a MERGE
+        # of whole rows, the range of each column over the rows it deletes (a deleted row's
+        # copies in the model lie within it).
+        deleted = sql.range_aggregates(columns, "t", where=f"t.{WEIGHT} < 0", name="d")
+        key_range_list, counts = key_ranges(ctx, key_columns(columns, key), change.relation,
+                                            "t", {**sql.change_count_aggregates(), **deleted})
         result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
         if int(counts["widest"]) > 1:  # several copies of one row: not one row per key
             key = None
+        ranges = key_range_list if key is not None else (
+            [] if ctx.first_step else sql.range_predicates(columns, "t", counts, name="d"))
     if ctx.model.append_only and result.deleted:
         raise StepError(
             f"Model {ctx.model.name} is configured append_only, but step {record.step} "
@@ -143,89 +162,68 @@ def commit_step(ctx: StepContext, change: ModelChange, columns: Sequence[Column]
             "Remove `append_only` from the model's config if its result can shrink, or find "
             "the input update/delete that caused this."
         )
-    # Every side table's commit carries the step record: the next step tells from it whether
-    # an attempt that never committed wrote there (`bookkeeping.interrupted`).
-    with_record(ctx, record, lambda: write_side_tables(ctx, writes, previous, record, result),
-                idempotent=False)
+    record.side_writes = writes.tables(result.late)
+    for write in writes.state:
+        live, appended, steps = record.state_log.get(write.name, [0, 0, 0])
+        record.state_log[write.name] = ([write.groups.count, 0, 0] if write.fresh
+                                        else [live, appended + write.groups.count, steps + 1])
     ctx.checkpoint("before_commit")
     bounds = late.target_bounds(lateness, previous.waterline)
     commit_model(ctx, change, columns, result, record, bounds, key, ranges,
                  first=previous.step == 0)
     ctx.checkpoint("after_commit")
+    write_side_tables(ctx, writes, previous, record)
     result.waterline = dict(record.waterline)
 
 
 def write_side_tables(ctx: StepContext, writes: StepWrites, previous: StepRecord,
-                      record: StepRecord, result: StepResult) -> None:
-    """Writes 1-3 of the module docstring, in that order."""
-    for state in writes.state:
-        write_state(ctx, state, record)
-    if writes.held is not None:
-        write_held(ctx, writes.held, record.step, result)
+                      record: StepRecord) -> None:
+    """Write 2 of the module docstring: each side table the record names, idempotently."""
+    wanted = set(record.side_writes)
     if writes.quarantine is not None:
-        write_quarantine(ctx, writes.quarantine, previous, record, result)
+        ctx.checkpoint("before_quarantine")
+        write = writes.quarantine
+        if WATERLINE in wanted:
+            with_side_record(ctx, record, WATERLINE, late.waterline_insert(
+                ctx.model.waterline_table, record.step, write.rules, record.waterline,
+                record.max_seen))
+        if LATE in wanted:
+            with_side_record(ctx, record, LATE, late.quarantine_insert(
+                ctx.model.late_table, write.classified, write.columns, record.step,
+                previous.waterline))
+    if writes.held is not None and PENDING in wanted:
+        ctx.checkpoint("before_hold")
+        with_side_record(ctx, record, PENDING, wm.write_pending(
+            ctx.model.pending_table, writes.held.candidates, writes.held.columns, record.step))
+    for state in writes.state:
+        if state.suffix in wanted:
+            write_state(ctx, state, record)
 
 
 def write_state(ctx: StepContext, write: StateWrite, record: StepRecord) -> None:
-    """The changed groups' new state, appended to the state table (a log, see
-    `statements.latest_state`); the table's new version goes into the step record.
+    """The changed groups' new state, appended to the state table as this step's rows (a state
+    table is a log: `statements.latest_state`; bookkeeping.compact_state_tables compacts it).
 
-    An append is one INSERT, where updating the groups in place would be a MERGE (several
-    times dearer on Delta). The log is compacted, in the same one statement as this step's
-    write, when the rows appended since its last compaction outnumber its live groups, or after
-    COMPACT_AFTER_STEPS steps. A first write and a compaction sort the groups by key, time first,
-    into files of at most BULK_FILE_ROWS rows: later steps' key ranges then skip all but a few.
+    An append is one INSERT, where updating the groups in place would be a MERGE (several times
+    dearer on Delta). A first write sorts the groups by key, time first, into files of at most
+    BULK_FILE_ROWS rows: later steps' key ranges then skip all but a few.
     """
     ctx.checkpoint("before_state")
-    aggregate, state = write.aggregate, write.table
-    keys, order = group_columns(aggregate), sql.time_first(group_columns(aggregate))
-    name = write.stage or "state"
-    live, appended, steps = record.state_log.get(name, [0, 0, 0])
-    before = record.state_version if write.stage is None else record.stage_versions[write.stage]
-    compact = write.fresh or appended > live or steps >= COMPACT_AFTER_STEPS
-    if write.fresh:
-        statement = sql.insert_state(state, write.groups.new, aggregate.state_columns,
-                                     record.step, order, everything=False)
-    elif compact:
-        assert before is not None
-        statement = sql.rewrite_state(state, before, write.groups.new, keys,
-                                      aggregate.state_columns, record.step, order)
-    else:
-        statement = sql.insert_state(state, write.groups.new, aggregate.state_columns,
-                                     record.step, ())
-    settings = [(MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS))] if compact else []
-    with_settings(ctx, settings, lambda: ctx.session.run(statement))
-    written = ctx.delta_log.recent_commits(state, 1)[0]
-    rows = int(written.metrics.get("numOutputRows", 0))
-    record.state_log[name] = [rows, 0, 0] if compact else [live, appended + rows, steps + 1]
-    if write.stage is None:
-        record.state_version = written.version
-    else:
-        record.stage_versions[write.stage] = written.version
+    aggregate = write.aggregate
+    order = sql.time_first(group_columns(aggregate))
+    statement = sql.insert_state(write.table, write.groups.new, aggregate.state_columns,
+                                 record.step, order if write.fresh else (),
+                                 everything=not write.fresh)
+    settings = [(MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS))] if write.fresh else []
+    with_settings(ctx, settings, lambda: with_side_record(ctx, record, write.suffix, statement))
     ctx.checkpoint("after_state")
 
 
-def write_held(ctx: StepContext, write: HeldWrite, step: int, result: StepResult) -> None:
-    ctx.checkpoint("before_hold")
-    pending = ctx.model.pending_table
-    ctx.session.run(wm.mark_released(pending, write.condition, step))
-    ctx.session.run(wm.hold(pending, write.candidates, write.columns, write.condition, step))
-    result.held = int(ctx.session.query(wm.held_count(pending))[0]["n"])
-
-
-def write_quarantine(ctx: StepContext, write: QuarantineWrite, previous: StepRecord,
-                     record: StepRecord, result: StepResult) -> None:
-    ctx.checkpoint("before_quarantine")
-    model, step = ctx.model, record.step
-    for table, step_column in ((model.late_table, "_streamsql_step"),
-                               (model.waterline_table, "step")):
-        if interrupted(ctx, table, previous):
-            ctx.session.run(late.forget_attempt(table, step_column, step))
-    if result.late:
-        ctx.session.run(late.quarantine_insert(model.late_table, write.classified, write.columns,
-                                               step, previous.waterline))
-    ctx.session.run(late.waterline_insert(model.waterline_table, step, write.rules,
-                                          record.waterline, record.max_seen))
+def with_side_record(ctx: StepContext, record: StepRecord, suffix: str, statement: str) -> None:
+    """Run a side table's write of the step, idempotently: under the table's own id, so that
+    Delta skips it when this step's write to that table has landed before."""
+    with_record(ctx, record, lambda: ctx.session.run(statement), idempotent=True,
+                table=suffix)
 
 
 def key_columns(columns: Sequence[Column], key: Optional[Sequence[str]]) -> List[Column]:
@@ -247,21 +245,23 @@ def commit_model(ctx: StepContext, change: ModelChange, columns: Sequence[Column
     changes. Then checks that the commit is this run's. `key_ranges`: predicates over the model
     (alias `t`) that every key of the change meets, for a MERGE by key.
 
-    The change a MERGE reads is materialized already: Delta need not copy it again first
-    (`MATERIALIZE_SOURCE`).
+    The change a MERGE reads is checkpointed already in the embedded session: Delta need not
+    copy it again first (`MATERIALIZE_SOURCE`).
     """
     target, net = ctx.model.target, change.relation
     keys = key_columns(columns, key)
     settings: List[Tuple[str, str]] = []
+    no_copy = [(MATERIALIZE_SOURCE, "none")] if ctx.session.local_checkpoints() else []
     if change.appends:
         statement = sql.append_change(target, net, columns)
     elif result.deleted and key is not None:
         statement = sql.merge_by_key(target, net, columns, key,
                                      list(target_bounds) + list(key_ranges))
-        settings.append((MATERIALIZE_SOURCE, "none"))
+        settings += no_copy
     elif result.deleted:
-        statement = sql.merge_change(target, net, columns, target_bounds)
-        settings.append((MATERIALIZE_SOURCE, "none"))
+        statement = sql.merge_change(target, net, columns,
+                                     list(target_bounds) + list(key_ranges))
+        settings += no_copy
     elif result.inserted and first and keys:
         # An aggregate's first rows, sorted by key like its state: later MERGEs by key skip
         # the files of keys they do not touch.

@@ -12,7 +12,7 @@ import hashlib
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.bindings import Bindings
@@ -47,10 +47,21 @@ class ModelSettings:
     lateness: Mapping[str, Any] = field(default_factory=dict)
     max_future: Mapping[str, Any] = field(default_factory=dict)
     watermark: Mapping[str, Any] = field(default_factory=dict)
+    # dbt's on_schema_change (schema.py) and unique_key (keys.py)
+    on_schema_change: str = "ignore"
+    unique_key: Sequence[str] = ()
+    # "auto": the planner's plan, and for a plan without state, a recompute in a step whose
+    # change is as large as its inputs (step.choose_plan); "incremental": never that;
+    # "recompute": always recompute and diff.
+    strategy: str = "auto"
 
     def table(self, suffix: str = "") -> str:
         """The quoted name of the model's table, or of one of its side tables."""
         return f"{sql.quote(self.schema)}.{sql.quote(self.identifier + suffix)}"
+
+    def table_name(self, suffix: str = "") -> str:
+        """The unquoted name of the model's table, or of one of its side tables."""
+        return f"{self.schema}.{self.identifier + suffix}"
 
     @property
     def target(self) -> str:
@@ -58,7 +69,7 @@ class ModelSettings:
 
     @property
     def target_name(self) -> str:  # unquoted, for table_changes() and idempotency keys
-        return f"{self.schema}.{self.identifier}"
+        return self.table_name()
 
     @property
     def state_table(self) -> str:  # internal: per-group partial aggregates
@@ -96,6 +107,8 @@ class StepResult:
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     seconds: float = 0.0
     skipped: bool = False  # nothing changed in the inputs since the last step
+    # What the step line adds: a recovery, a retention warning, an ignored column.
+    notes: List[str] = field(default_factory=list)
 
     @property
     def applied(self) -> int:
@@ -110,7 +123,7 @@ class StepResult:
             f"{self.model}: step {self.step}: read {self.changes_read} changes, applied "
             f"{self.applied} (+{self.inserted} -{self.deleted}), late {self.late}, held "
             f"{self.held}, waterline {waterline}; {self.plan} ({self.reason}); "
-            f"{self.seconds:.1f} s"
+            f"{self.seconds:.1f} s" + "".join(f"; {note}" for note in self.notes)
         )
 
 
@@ -129,6 +142,12 @@ class StepContext:
     first_step: bool = False
     # Whether the changes read so far in this step (inputs, then stages) are inserts only.
     inserts_only: bool = True
+    # The model's compiled SQL (noted by inputs.describe_inputs): a recovery recomputes it.
+    compiled_sql: str = ""
+    # The model's columns next to its query's (schema.check); None on a first step.
+    schema: Optional[Any] = None
+    # Set when the step is taken again because reading an input's history failed (recovery.py).
+    recover_reason: Optional[str] = None
     views: StepViews = field(init=False)
     bindings: Bindings = field(init=False)
     delta_log: DeltaLogReader = field(init=False)

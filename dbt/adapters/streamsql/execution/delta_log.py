@@ -58,6 +58,7 @@ class TableSnapshot:
     table_id: str
     properties: Mapping[str, str]
     columns: Tuple[Column, ...]
+    size_bytes: Optional[int] = None  # the data files' size, when known
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,19 @@ class Commit:
             inserted, updated, deleted = counts
             return inserted + 2 * updated + deleted, updated + deleted
         return None
+
+    @property
+    def change_bytes(self) -> Optional[int]:
+        """Bytes of data files this commit added and removed; None when it cannot tell."""
+        operation = self.operation.upper()
+        if operation in NO_ROW_CHANGE:
+            return 0
+        names = {"WRITE": ("numOutputBytes",), "STREAMING UPDATE": ("numOutputBytes",),
+                 "DELETE": ("numAddedBytes", "numRemovedBytes"),
+                 "UPDATE": ("numAddedBytes", "numRemovedBytes"),
+                 "MERGE": ("numTargetBytesAdded", "numTargetBytesRemoved")}.get(operation)
+        values = [self._metric(name) for name in names or ()]
+        return sum(values) if values and None not in values else None  # type: ignore[arg-type]
 
     def _metric(self, name: str) -> Optional[int]:
         value = self.metrics.get(name)
@@ -198,8 +212,10 @@ class SqlDeltaLog:
             if not column or column.startswith("#"):
                 break  # partition and detail sections follow a blank or '#' line
             columns.append(Column(row["col_name"], row["data_type"]))
+        size = detail.get("sizeInBytes")
         return TableSnapshot(version, str(detail.get("id") or ""),
-                             _mapping(detail.get("properties")), tuple(columns))
+                             _mapping(detail.get("properties")), tuple(columns),
+                             int(size) if size is not None else None)
 
     def commits(self, name: str, first: int, last: int) -> List[Commit]:
         if last < first:
@@ -256,7 +272,8 @@ class JvmDeltaLog:
             fields = [schema.apply(i) for i in range(schema.length())]
             columns = tuple(Column(f.name(), f.dataType().catalogString()) for f in fields)
             return TableSnapshot(int(snapshot.version()), str(metadata.id()),
-                                 self._dict(metadata.configuration()), columns)
+                                 self._dict(metadata.configuration()), columns,
+                                 int(snapshot.sizeInBytes()))
         except (TableMissing, NotDeltaTable):
             raise
         except Exception as exc:

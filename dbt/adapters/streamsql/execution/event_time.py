@@ -17,10 +17,10 @@ from typing import List, Sequence
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution import watermark as wm
-from dbt.adapters.streamsql.execution.bookkeeping import interrupted
 from dbt.adapters.streamsql.execution.commit import HeldWrite, QuarantineWrite, StepWrites
 from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
 from dbt.adapters.streamsql.execution.progress import StepRecord
+from dbt.adapters.streamsql.execution.views import inline
 from dbt.adapters.streamsql.planning.plan import Column
 
 
@@ -75,8 +75,8 @@ def apply_event_time(ctx: StepContext, net: str, columns: Sequence[Column], rule
                      writes: StepWrites, release_all: bool = False) -> str:
     """The change to apply to the model: WATERMARK, then LATENESS, applied to `net`."""
     if rules.watermark:
-        net = apply_watermark(ctx, net, columns, rules.watermark, previous, record, writes,
-                              release_all)
+        net = apply_watermark(ctx, net, columns, rules.watermark, previous, record, result,
+                              writes, release_all)
     if rules.lateness:
         net = apply_lateness(ctx, net, columns, rules.lateness, previous, record, result, writes)
     return net
@@ -84,22 +84,26 @@ def apply_event_time(ctx: StepContext, net: str, columns: Sequence[Column], rule
 
 def apply_watermark(ctx: StepContext, net: str, columns: Sequence[Column],
                     rules: Sequence[wm.WatermarkRule], previous: StepRecord, record: StepRecord,
-                    writes: StepWrites, release_all: bool) -> str:
-    """Hold back changes the watermark does not allow yet; release those it now allows."""
+                    result: StepResult, writes: StepWrites, release_all: bool) -> str:
+    """Hold back changes the watermark does not allow yet; release those it now allows.
+
+    What the step holds and releases is computed from `__pending` as the last completed step
+    left it (its commits come only after the model's, commit.py); the write of the step's marks
+    and held changes goes into `writes`, if there is anything to write.
+    """
     session, pending, step = ctx.session, ctx.model.pending_table, record.step
-    if interrupted(ctx, pending, previous):
-        for statement in wm.forget_attempt(pending, step):
-            session.run(statement)
-    held_before = ctx.views.view("pending", sql.input_as_of(pending, ctx.latest_version(pending)))
     row = session.query(wm.seen_query(net, rules, previous.watermark_seen))[0]
     for i, rule in enumerate(rules):
         record.watermark_seen[rule.column.name] = row[f"s_{i}"]
     condition = wm.release_condition(rules, record.watermark_seen, release_all)
-    candidates = ctx.views.materialize("candidates", wm.candidates(net, held_before, columns, step))
-    released = ctx.views.materialize("released", sql.consolidate(
-        f"({wm.released(candidates, columns, condition)})", columns))
-    writes.held = HeldWrite(condition, candidates, columns)
-    return released
+    candidates = ctx.views.materialize("candidates", wm.candidates(
+        net, inline(f"SELECT * FROM {pending}"), columns, step, condition))
+    counts = session.query(wm.pending_counts(candidates, step))[0]
+    result.held = int(counts["held"])
+    if int(counts["writes"]):
+        writes.held = HeldWrite(candidates, columns)
+    return ctx.views.materialize("released", sql.consolidate(
+        f"({wm.released(candidates, columns)})", columns))
 
 
 def apply_lateness(ctx: StepContext, net: str, columns: Sequence[Column],

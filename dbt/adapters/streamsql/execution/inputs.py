@@ -11,13 +11,19 @@ relations pinned to versions, made readable when a statement first uses them (bi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.bindings import INLINE, MATERIALIZED, VIEW
 from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
-from dbt.adapters.streamsql.execution.delta_log import NotDeltaTable, TableMissing, quoted
+from dbt.adapters.streamsql.execution.delta_log import (
+    Commit,
+    NotDeltaTable,
+    TableMissing,
+    quoted,
+)
 from dbt.adapters.streamsql.execution.progress import StepRecord
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
 from dbt.adapters.streamsql.planning.plan import (
@@ -38,10 +44,13 @@ class InputState:
     relation: str  # quoted name to use in SQL
     version: int
     table_id: str = ""
+    size_bytes: Optional[int] = None  # its data files' size at `version`, when known
+    properties: Mapping[str, str] = field(default_factory=dict)  # its Delta table properties
 
 
 def describe_inputs(ctx: StepContext, compiled_sql: str) -> List[InputState]:
     """Every table the model reads, with its columns and current version."""
+    ctx.compiled_sql = compiled_sql  # what a recovery recomputes (recovery.py)
     return [describe_input(ctx, name) for name in referenced_tables(compiled_sql)]
 
 
@@ -67,7 +76,15 @@ def describe_input(ctx: StepContext, name: str) -> InputState:
             f"{name} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
         )
     return InputState(InputTable(name, snapshot.columns), quoted(name), snapshot.version,
-                      snapshot.table_id)
+                      snapshot.table_id, size_bytes=snapshot.size_bytes,
+                      properties=snapshot.properties)
+
+
+def pinned(item: InputState, versions: Mapping[str, int]) -> InputState:
+    """`item` as of the version `versions` names for it (a step being computed again)."""
+    if item.table.name not in versions:
+        raise StepError(f"the step being finished did not read {item.table.name}")
+    return dataclasses.replace(item, version=versions[item.table.name])
 
 
 def describe_query(session: SqlSession, select: str) -> List[Column]:
@@ -116,6 +133,8 @@ class InputChange:
     before: Optional[int]  # the version the last step read up to; None: never read
     rows: Optional[int] = None  # rows of the change feed; None: the log cannot tell
     removals: Optional[int] = None  # of which remove a row (a delete, an update's old row)
+    commits: Optional[List[Commit]] = None  # its commits since `before`, as its log has them
+    size_bytes: Optional[int] = None  # bytes of data files its commits added and removed
 
 
 def read_changes(ctx: StepContext, read: Sequence[InputState],
@@ -126,13 +145,17 @@ def read_changes(ctx: StepContext, read: Sequence[InputState],
         before = previous.input_versions.get(item.table.name)
         change = InputChange(item, before)
         if before == item.version:
-            change.rows, change.removals = 0, 0
+            change.rows, change.removals, change.size_bytes = 0, 0, 0
         elif before is not None:
             commits = ctx.delta_log.commits(item.table.name, before + 1, item.version)
+            change.commits = commits
             counts = [commit.change_rows for commit in commits]
             if len(counts) == item.version - before and None not in counts:
                 change.rows = sum(rows for rows, _ in counts)  # type: ignore[misc]
                 change.removals = sum(removals for _, removals in counts)  # type: ignore[misc]
+            sizes = [commit.change_bytes for commit in commits]
+            if len(sizes) == item.version - before and None not in sizes:
+                change.size_bytes = sum(sizes)  # type: ignore[arg-type]
         changes.append(change)
     return changes
 

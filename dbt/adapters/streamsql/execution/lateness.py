@@ -282,7 +282,3 @@ def waterline_insert(waterline_table: str, step: int, rules: Sequence[LatenessRu
 def _string_or_null(value: Optional[str]) -> str:
     return "CAST(NULL AS STRING)" if value is None else "'" + value.replace("'", "''") + "'"
 
-
-def forget_attempt(table: str, step_column: str, step: int) -> str:
-    """Remove what an interrupted attempt of this step wrote (it never committed)."""
-    return f"DELETE FROM {table} WHERE {quote(step_column)} >= {step}"

@@ -29,9 +29,9 @@ class StepRecord:
     # CREATE OR REPLACE, so the idempotency key must change when the table is rebuilt.
     incarnation: str = ""
     input_versions: Dict[str, int] = field(default_factory=dict)
-    state_version: Optional[int] = None  # the aggregate state table's version after this step
-    # each stage's state table's version after this step, by stage name
-    stage_versions: Dict[str, int] = field(default_factory=dict)
+    # The model's state tables, by name ("state" for the top aggregate's, a stage's name for
+    # its own): a state table holds, per group, the rows the steps wrote, tagged with the step.
+    state_tables: List[str] = field(default_factory=list)
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     max_seen: Dict[str, Optional[str]] = field(default_factory=dict)
     watermark_seen: Dict[str, Optional[str]] = field(default_factory=dict)
@@ -45,17 +45,31 @@ class StepRecord:
     # Per state table ("state" or a stage's name): [live groups at its last compaction, rows
     # appended since, steps since], to tell when to compact it (commit.write_state).
     state_log: Dict[str, List[int]] = field(default_factory=dict)
+    # The side tables (their suffixes, e.g. "__late", "__streamsql_state") this step writes
+    # after the model's commit; the next run finishes what a crash left unwritten.
+    side_writes: List[str] = field(default_factory=list)
+    # A `streamsql_flush` step (it read no input, and released everything WATERMARK held).
+    flush: bool = False
+    # Each input's Delta table id when the step read it: another id later means the input was
+    # dropped or replaced and created again (recovery.py).
+    input_ids: Dict[str, str] = field(default_factory=dict)
+    # The model table's columns after the step, as [name, type] (schema.py).
+    columns: List[List[str]] = field(default_factory=list)
+    # Why the step recomputed the model instead of reading its inputs' changes (recovery.py).
+    recovered: List[str] = field(default_factory=list)
+    # When the step started, in seconds since the epoch (retention.py).
+    started_at: Optional[float] = None
 
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
         return StepRecord(
             step=self.step + 1, run_id=run_id, sql_fingerprint=self.sql_fingerprint,
             incarnation=self.incarnation, input_versions=input_versions,
-            state_version=self.state_version, stage_versions=dict(self.stage_versions),
-            waterline=dict(self.waterline),
+            state_tables=list(self.state_tables), waterline=dict(self.waterline),
             max_seen=dict(self.max_seen), watermark_seen=dict(self.watermark_seen),
             plan=self.plan, reason=self.reason, state_layout=self.state_layout,
             state_log={name: list(counts) for name, counts in self.state_log.items()},
+            input_ids=dict(self.input_ids), columns=[list(c) for c in self.columns],
         )
 
     def unchanged(self, sql_fingerprint: str, input_versions: Dict[str, int]) -> bool:

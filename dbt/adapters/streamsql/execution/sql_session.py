@@ -30,6 +30,10 @@ class SqlSession(Protocol):
 
     def delta_log(self) -> DeltaLogReader: ...
 
+    def local_checkpoints(self) -> bool:
+        """Whether `materialize` checkpoints (no cached plan) rather than `CACHE TABLE`."""
+        ...
+
 
 class AdapterSqlSession:
     """Runs statements through dbt's connection (logged like every dbt query), raw rows back.
@@ -90,6 +94,9 @@ class AdapterSqlSession:
         if spark is None:
             return SqlDeltaLog(self)
         return JvmDeltaLog(spark, SqlDeltaLog(self))
+
+    def local_checkpoints(self) -> bool:
+        return self._embedded_spark() is not None
 
     def _embedded_spark(self) -> Optional[Any]:
         """The SparkSession behind this thread's connection, if it is the embedded one."""

@@ -41,15 +41,16 @@ class ChangedGroups:
     state: str  # the state before the step, as far as the changed groups' keys reach
     new: str  # materialized: the new state of every changed group (count 0: the group is gone)
     old: str  # the state of the changed groups before the step
+    count: int  # how many groups changed (rows of `new`)
 
 
 def group_columns(aggregate: AggregatePlan) -> List[Column]:
     return [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
 
 
-def state_before(table: str, version: int, aggregate: AggregatePlan) -> str:
-    """The SELECT of an aggregate's whole state before the step (its table as of `version`)."""
-    return sql.latest_state(sql.input_as_of(table, version), group_columns(aggregate),
+def state_before(table: str, step: int, aggregate: AggregatePlan) -> str:
+    """The SELECT of an aggregate's whole state as of step `step` (the steps' rows up to it)."""
+    return sql.latest_state(sql.state_through(table, step), group_columns(aggregate),
                             aggregate.state_columns)
 
 
@@ -75,7 +76,8 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
     touched = {f"final{i}": f"collect_set(CAST({expression} AS STRING)) FILTER (WHERE NOT "
                             f"{late.open_groups(rule, expression, value)})"
                for i, (rule, expression, value) in enumerate(final)}
-    ranges, found = key_ranges(ctx, group_columns(aggregate), group_delta, GROUP_ALIAS, touched)
+    ranges, found = key_ranges(ctx, group_columns(aggregate), group_delta, GROUP_ALIAS,
+                               {"groups": "COUNT(*)", **touched})
     bounds = final_group_bounds(final, [as_list(found[name]) for name in touched]) + ranges
     if bounds:
         state = f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE {' AND '.join(bounds)}"
@@ -90,7 +92,7 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
     new = ctx.views.materialize(f"{label}groups_new", ctx.bindings.bind(combine, local))
     # Read once, by the output change: planned together with it.
     old = inline(sql.previous_groups(state, group_delta, group_columns(aggregate)))
-    return ChangedGroups(state, new, old)
+    return ChangedGroups(state, new, old, int(found["groups"]))
 
 
 def output_change(ctx: StepContext, label: str, aggregate: AggregatePlan, groups: ChangedGroups,

@@ -182,24 +182,28 @@ def orderable_type(column: Column) -> str:
     return "timestamp" if data_type.startswith("struct<start:timestamp") else data_type
 
 
-def range_aggregates(columns: Sequence[Column], alias: Optional[str] = None) -> List[str]:
-    """`lo<i>` and `hi<i>`: the smallest and largest orderable part of each of `columns` with
-    one (`orderable_part`), as literal text (`literal_text`), over rows aliased `alias`."""
-    found = []
+def range_aggregates(columns: Sequence[Column], alias: Optional[str] = None,
+                     where: str = "", name: str = "") -> Dict[str, str]:
+    """`<name>lo<i>` and `<name>hi<i>` (name -> aggregate expression): the smallest and largest
+    orderable part of each of `columns` with one (`orderable_part`), as literal text
+    (`literal_text`), over rows aliased `alias` (those that meet `where`, if given)."""
+    found = {}
+    only = f" FILTER (WHERE {where})" if where else ""
     for i, column in enumerate(c for c in columns if orderable_part(c) is not None):
         part, data_type = orderable_part(column, alias), orderable_type(column)
-        found += [f"{literal_text(f'MIN({part})', data_type)} AS lo{i}",
-                  f"{literal_text(f'MAX({part})', data_type)} AS hi{i}"]
+        found[f"{name}lo{i}"] = literal_text(f"MIN({part}){only}", data_type)
+        found[f"{name}hi{i}"] = literal_text(f"MAX({part}){only}", data_type)
     return found
 
 
-def range_predicates(columns: Sequence[Column], alias: str, row: Mapping[str, Any]) -> List[str]:
+def range_predicates(columns: Sequence[Column], alias: str, row: Mapping[str, Any],
+                     name: str = "") -> List[str]:
     """`key_range` predicates over rows aliased `alias`, from a row of `range_aggregates`."""
     found = []
     for i, column in enumerate(c for c in columns if orderable_part(c) is not None):
         part, data_type = orderable_part(column, alias), orderable_type(column)
-        lower = bound_predicate(KeyBound("", part, ">=", ""), row[f"lo{i}"], data_type)
-        upper = bound_predicate(KeyBound("", part, "<=", ""), row[f"hi{i}"], data_type)
+        lower = bound_predicate(KeyBound("", part, ">=", ""), row[f"{name}lo{i}"], data_type)
+        upper = bound_predicate(KeyBound("", part, "<=", ""), row[f"{name}hi{i}"], data_type)
         found.append(key_range(part, lower, upper))
     return found
 
@@ -415,16 +419,21 @@ def insert_state(state: str, new_groups: str, state_columns: Sequence[Column], s
             f"FROM {new_groups}{condition}{order_by(order)}")
 
 
-def rewrite_state(state: str, version: int, new_groups: str, group_columns: Sequence[Column],
-                  state_columns: Sequence[Column], step: int, order: Sequence[Column]) -> str:
-    """Compact a state table: one row per live group, this step's changes included.
+def state_through(state: str, step: int) -> str:
+    """The rows of a state table written by steps up to `step` (later ones are not there yet
+    for the step after it, or belong to a step whose own writes are being finished)."""
+    return f"SELECT * FROM {state} WHERE {STEP} <= {step}"
 
-    The whole table is rewritten (in one commit), sorted like a first write.
+
+def compact_state(state: str, step: int, group_columns: Sequence[Column],
+                  state_columns: Sequence[Column], order: Sequence[Column]) -> str:
+    """Rewrite a state table as one row per live group as of `step`, sorted like a first write.
+
+    The state it holds does not change (`latest_state` of its rows up to `step` reads the
+    same before and after), so a reader at any moment sees the same state.
     """
     cols = column_list(state_columns)
-    rows = (f"SELECT {cols}, {STEP} FROM {state} VERSION AS OF {version} "
-            f"UNION ALL SELECT {cols}, CAST({step} AS BIGINT) AS {STEP} FROM {new_groups}")
-    current = latest_state(rows, group_columns, state_columns)
+    current = latest_state(state_through(state, step), group_columns, state_columns)
     return (f"INSERT OVERWRITE {state} ({cols}, {STEP}) SELECT {cols}, CAST({step} AS BIGINT) "
             f"FROM ({current}){order_by(order)}")
 
@@ -468,10 +477,6 @@ def set_conf(key: str, value: str) -> str:
 
 def reset_conf(key: str) -> str:
     return f"RESET {key}"
-
-
-def restore(table: str, version: int) -> str:
-    return f"RESTORE TABLE {table} TO VERSION AS OF {version}"
 
 
 def mark_step(table: str, step: int) -> str:

@@ -21,10 +21,24 @@ WATERMARK holds.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution import bookkeeping, change, inputs
-from dbt.adapters.streamsql.execution.commit import ModelChange, StepWrites, commit_step, merge_key
+from dbt.adapters.streamsql.execution import (
+    bookkeeping,
+    change,
+    inputs,
+    keys,
+    recovery,
+    schema,
+    strategy,
+)
+from dbt.adapters.streamsql.execution.commit import (
+    ModelChange,
+    StepWrites,
+    commit_step,
+    merge_key,
+    write_side_tables,
+)
 from dbt.adapters.streamsql.execution.context import (
     FAULT_INJECTION_ENV,
     InjectedFault,
@@ -34,14 +48,24 @@ from dbt.adapters.streamsql.execution.context import (
     StepResult,
 )
 from dbt.adapters.streamsql.execution.delta_log import TableMissing
-from dbt.adapters.streamsql.execution.event_time import apply_event_time, event_time_rules
-from dbt.adapters.streamsql.execution.progress import sql_fingerprint
+from dbt.adapters.streamsql.execution.event_time import (
+    EventTimeRules,
+    apply_event_time,
+    event_time_rules,
+)
+from dbt.adapters.streamsql.execution.inputs import InputState
+from dbt.adapters.streamsql.execution.progress import StepRecord, sql_fingerprint
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.statements import column_list
 from dbt.adapters.streamsql.execution.views import inline
 from dbt.adapters.streamsql.planning.errors import PlanningError
-from dbt.adapters.streamsql.planning.plan import WEIGHT
+from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step
+
+# How Delta says that another transaction's commit conflicts with this run's write.
+CONCURRENT_WRITE_MARKERS = ("ConcurrentAppendException", "ConcurrentDeleteReadException",
+                            "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+                            "MetadataChangedException", "DELTA_CONCURRENT_")
 
 __all__ = ["run_step", "flush_step", "ModelSettings", "StepError", "StepResult",
            "FAULT_INJECTION_ENV", "InjectedFault"]
@@ -56,6 +80,18 @@ def run_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
         result = _step(ctx, compiled_sql)
     except PlanningError as error:
         raise StepError(f"Model {model.name}: {error}") from error
+    except Exception as error:
+        if recovery.lost_history(error) and ctx.recover_reason is None:  # read it all again
+            return recovery.take_again(ctx, error, lambda again: _step(again, compiled_sql),
+                                       started)
+        if any(marker in str(error) for marker in CONCURRENT_WRITE_MARKERS):
+            raise StepError(
+                f"Model {model.name}: another run wrote to its tables at the same time (Delta "
+                f"refused this run's write: {str(error).splitlines()[0][:200]}). Whatever "
+                "committed is consistent: run again to continue, and do not schedule two runs "
+                "of one model at once."
+            ) from error
+        raise
     finally:
         ctx.views.drop_all()
     result.seconds = time.monotonic() - started
@@ -63,36 +99,68 @@ def run_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
 
 
 def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
-    # 1. inputs, and where the model stands: a run whose inputs did not change stops here
+    # 1. inputs, and where the model stands: a step a crash left unfinished is finished first;
+    # a run whose inputs did not change since the last step stops here
     read = inputs.describe_inputs(ctx, compiled_sql)
     fingerprint = sql_fingerprint(compiled_sql)
     versions = {i.table.name: i.version for i in read}
     last = bookkeeping.last_step(ctx)
-    if last is not None and last.unchanged(fingerprint, versions):
+    if last is not None and last.step > 0:
+        unfinished = bookkeeping.unfinished_side_writes(ctx, last)
+        if unfinished:
+            finish_step(ctx.session, ctx.model, compiled_sql, last, unfinished, ctx.log)
+    if last is not None and last.unchanged(fingerprint, versions) and \
+            recovery.same_tables(last, read):
         return StepResult(ctx.model.name, last.step, last.plan, last.reason,
                           waterline=dict(last.waterline), skipped=True)
 
     # 2. the plan
     output_columns = inputs.describe_query(ctx.session, compiled_sql)
-    plan = plan_step(compiled_sql, [i.table for i in read], output_columns,
-                     inputs.describer(ctx.session, read))
+    plan = strategy.planned(ctx, plan_step(compiled_sql, [i.table for i in read], output_columns,
+                                           inputs.describer(ctx.session, read)),
+                            compiled_sql, read, output_columns)
     rules = event_time_rules(ctx, output_columns)  # fails before anything is written
+    schema.check(ctx, last, output_columns, read)  # so do a refused schema change and key
+    key = keys.key_columns(ctx, output_columns, rules.columns) or merge_key(plan, rules.columns)
     previous = bookkeeping.prepare_target(ctx, plan, read, output_columns, fingerprint, rules,
                                           last)
-    if previous.step > 0 and versions == previous.input_versions:
+    if previous.step > 0 and versions == previous.input_versions and \
+            recovery.same_tables(previous, read):
         return StepResult(ctx.model.name, previous.step, plan.strategy, plan.reason,
                           waterline=dict(previous.waterline), skipped=True)
 
     ctx.checkpoint("start")
     result = StepResult(ctx.model.name, previous.step + 1, plan.strategy, plan.reason)
-    ctx.first_step = all(previous.input_versions.get(i.table.name) is None for i in read)
-    changes = inputs.read_changes(ctx, read, previous)
-    removals = inputs.bind_inputs(ctx, changes, result, change.placeholder_reads(plan))
-    ctx.inserts_only = removals == 0
     record = previous.next(ctx.run_id, versions)
     record.plan, record.reason = plan.strategy, plan.reason
+    bookkeeping.compact_state_tables(ctx, plan, previous, record)
 
-    # 3. the change: stages first (each reads the inputs and the stages before it)
+    # 3. the change, and 4. event time
+    model_change, writes = compute_step(ctx, plan, read, rules, previous, record, result)
+
+    # 5. the commit
+    columns = schema.written_columns(ctx, previous, plan.output_columns)
+    keys.check_unique(ctx, model_change, columns, ctx.model.unique_key and key, record.step)
+    commit_step(ctx, model_change, columns, writes, previous, record, result,
+                rules.lateness, key=key)
+    return result
+
+
+def compute_step(ctx: StepContext, plan: StepPlan, read: Sequence[InputState],
+                 rules: EventTimeRules, previous: StepRecord, record: StepRecord,
+                 result: StepResult) -> Tuple[ModelChange, StepWrites]:
+    """Phases 3 and 4: the model's change from the inputs' changes since `previous`, and what
+    the step writes besides; nothing is written (every read is pinned: commit.py)."""
+    ctx.first_step = all(previous.input_versions.get(i.table.name) is None for i in read)
+    changes = inputs.read_changes(ctx, read, previous)
+    # an input that cannot be read from where the last step left it: a recompute (recovery.py)
+    adjusted = recovery.prepare(ctx, plan, changes, previous, record, result)
+    plan, changes = adjusted.plan, adjusted.changes
+    plan = strategy.chosen(ctx, plan, changes, result)  # or a recompute: strategy.py
+    removals = inputs.bind_inputs(ctx, changes, result, change.placeholder_reads(plan))
+    ctx.inserts_only = removals == 0
+
+    # stages first (each reads the inputs and the stages before it)
     writes = StepWrites()
     for stage in plan.stages:
         removals, state_write = change.stage_change(ctx, stage, previous)
@@ -106,14 +174,46 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     else:
         model_change = change.recompute_change(ctx, plan)
 
-    # 4. event time, and 5. the commit
+    model_change = recovery.finish(ctx, adjusted, model_change, writes, previous)
     if rules.watermark or rules.lateness:
         model_change = ModelChange(apply_event_time(
-            ctx, model_change.relation, plan.output_columns, rules, previous, record, result,
+            ctx, model_change.relation, adjusted.columns, rules, previous, record, result,
             writes))
-    commit_step(ctx, model_change, plan.output_columns, writes, previous, record, result,
-                rules.lateness, key=merge_key(plan, rules.columns))
-    return result
+    return model_change, writes
+
+
+def finish_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
+                last: StepRecord, unfinished: Sequence[str],
+                log: Callable[[str], None]) -> None:
+    """Writes what a crash left unwritten of step `last` (committed to the model, with side
+    tables named in its record still without it): the step computed again from the inputs'
+    versions it read and the state before it, every side-table write tried again (Delta skips
+    those that landed before, commit.py)."""
+    ctx = StepContext(session, model, log)
+    try:
+        ctx.log(f"{model.name}: finishing step {last.step}, which a crash interrupted after its "
+                f"commit: {', '.join(unfinished)} without it yet")
+        previous, committed_at = bookkeeping.record_before(ctx, last)
+        ctx.target_version = committed_at - 1
+        working = previous.next(ctx.run_id, dict(last.input_versions))
+        if last.flush:
+            columns = list(ctx.delta_log.snapshot(model.target_name).columns)
+            rules = event_time_rules(ctx, columns)
+            _, writes = flush_change(ctx, columns, rules, previous, working,
+                                     StepResult(model.name, last.step, "", ""))
+        else:
+            read = [inputs.pinned(item, last.input_versions)
+                    for item in inputs.describe_inputs(ctx, compiled_sql)]
+            output_columns = inputs.describe_query(ctx.session, compiled_sql)
+            plan = strategy.planned(ctx, plan_step(
+                compiled_sql, [i.table for i in read], output_columns,
+                inputs.describer(ctx.session, read)), compiled_sql, read, output_columns)
+            rules = event_time_rules(ctx, output_columns)
+            _, writes = compute_step(ctx, plan, read, rules, previous, working,
+                                     StepResult(model.name, last.step, "", ""))
+        write_side_tables(ctx, writes, previous, last)
+    finally:
+        ctx.views.drop_all()
 
 
 def flush_step(session: SqlSession, model: ModelSettings,
@@ -134,16 +234,29 @@ def flush_step(session: SqlSession, model: ModelSettings,
                             "yet: nothing is held.")
         if not rules.watermark:
             raise StepError(f"Model {model.name} declares no watermark: nothing is held.")
+        unfinished = bookkeeping.unfinished_side_writes(ctx, previous)
+        if unfinished:
+            raise StepError(f"Model {model.name}: its step {previous.step} was interrupted; "
+                            "run `dbt run` for it to finish that step, then flush.")
         record = previous.next(ctx.run_id, dict(previous.input_versions))
+        record.flush = True
         result = StepResult(model.name, record.step, "flush", "release every held change")
-        nothing = inline(f"SELECT {column_list(columns)}, CAST(0 AS BIGINT) AS {WEIGHT} "
-                         f"FROM {model.target} WHERE false")
-        writes = StepWrites()
-        released = apply_event_time(ctx, nothing, columns, rules, previous, record, result,
-                                    writes, release_all=True)
+        released, writes = flush_change(ctx, columns, rules, previous, record, result)
         commit_step(ctx, ModelChange(released), columns, writes, previous, record, result,
                     rules.lateness)
     finally:
         ctx.views.drop_all()
     result.seconds = time.monotonic() - started
     return result
+
+
+def flush_change(ctx: StepContext, columns: Sequence[Column], rules: EventTimeRules,
+                 previous: StepRecord, record: StepRecord,
+                 result: StepResult) -> Tuple[str, StepWrites]:
+    """A flush's change: everything WATERMARK holds, released (and judged by LATENESS)."""
+    nothing = inline(f"SELECT {column_list(columns)}, CAST(0 AS BIGINT) AS {WEIGHT} "
+                     f"FROM {ctx.model.target} WHERE false")
+    writes = StepWrites()
+    released = apply_event_time(ctx, nothing, columns, rules, previous, record, result, writes,
+                                release_all=True)
+    return released, writes

@@ -7,8 +7,9 @@ when all of them allow it. A change with NULL in a watermark column cannot be or
 released at once (LATENESS, if declared, quarantines it).
 
 Held changes live in `<model>__pending`: the model's columns, the change's weight, the step that
-held it and the step that released it (NULL while held). Rows are never rewritten in place except
-to mark their release, so an interrupted step is undone by forgetting marks and rows of its step.
+held it, the step that released it (NULL while held) and an id. A step writes the table once, in
+one MERGE by id (`write_pending`): it marks the rows it releases and adds the changes it holds, so
+a reader sees all of a step's effect on the table or none of it.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ from dbt.adapters.streamsql.execution.lateness import (
     constant_expression,
     find_column,
 )
-from dbt.adapters.streamsql.execution.statements import column_list, count_copies, quote
+from dbt.adapters.streamsql.execution.statements import column_list, quote
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 HELD_STEP = "_streamsql_held_step"
 RELEASED_STEP = "_streamsql_released_step"
+HELD_ID = "_streamsql_held_id"
+RELEASE = "_streamsql_release"  # whether a candidate is released this step
 PENDING_COLUMNS = (
     Column(WEIGHT, "bigint"),
     Column(HELD_STEP, "bigint"),
     Column(RELEASED_STEP, "bigint"),
+    Column(HELD_ID, "string"),
 )
 
 
@@ -88,44 +92,52 @@ def release_condition(rules: Sequence[WatermarkRule], seen: Mapping[str, Optiona
     return " AND ".join(conditions)
 
 
-def candidates(net_view: str, pending_view: str, columns: Sequence[Column], step: int) -> str:
-    """This step's changes and every change still held, each with the step that held it."""
+def candidates(net_view: str, pending_view: str, columns: Sequence[Column], step: int,
+               condition: str) -> str:
+    """This step's changes and every change still held, each with the step that held it, an id
+    (new for this step's changes) and whether the watermark releases it now (`condition`)."""
     cols = column_list(columns)
     return (
-        f"SELECT {cols}, {WEIGHT}, CAST({step} AS BIGINT) AS {HELD_STEP} FROM {net_view} "
-        f"UNION ALL SELECT {cols}, {WEIGHT}, {HELD_STEP} FROM {pending_view} "
-        f"WHERE {RELEASED_STEP} IS NULL"
+        f"SELECT *, {condition} AS {RELEASE} FROM ("
+        f"SELECT {cols}, {WEIGHT}, CAST({step} AS BIGINT) AS {HELD_STEP}, "
+        f"uuid() AS {HELD_ID} FROM {net_view} "
+        f"UNION ALL SELECT {cols}, {WEIGHT}, {HELD_STEP}, {HELD_ID} FROM {pending_view} "
+        f"WHERE {RELEASED_STEP} IS NULL)"
     )
 
 
-def released(candidates_view: str, columns: Sequence[Column], condition: str) -> str:
-    return (f"SELECT {column_list(columns)}, {WEIGHT} FROM {candidates_view} "
-            f"WHERE {condition}")
+def released(candidates_view: str, columns: Sequence[Column]) -> str:
+    return f"SELECT {column_list(columns)}, {WEIGHT} FROM {candidates_view} WHERE {RELEASE}"
 
 
-def mark_released(pending_table: str, condition: str, step: int) -> str:
-    return (f"UPDATE {pending_table} SET {RELEASED_STEP} = {step} "
-            f"WHERE {RELEASED_STEP} IS NULL AND ({condition})")
-
-
-def hold(pending_table: str, candidates_view: str, columns: Sequence[Column], condition: str,
-         step: int) -> str:
-    """Changes that arrived in this step and are not released yet."""
-    cols = column_list(columns)
+def pending_counts(candidates_view: str, step: int) -> str:
+    """`held`: copies the table holds after the step; `writes`: rows the step changes in it (the
+    held changes it releases, and its own changes it holds)."""
     return (
-        f"INSERT INTO {pending_table} ({cols}, {WEIGHT}, {HELD_STEP}, {RELEASED_STEP}) "
-        f"SELECT {cols}, {WEIGHT}, {HELD_STEP}, CAST(NULL AS BIGINT) FROM {candidates_view} "
-        f"WHERE {HELD_STEP} = {step} AND NOT ({condition})"
+        f"SELECT COALESCE(SUM(abs({WEIGHT})) FILTER (WHERE NOT {RELEASE}), 0) AS held, "
+        f"COUNT(*) FILTER (WHERE {RELEASE} <> ({HELD_STEP} = {step})) AS writes "
+        f"FROM {candidates_view}"
     )
 
 
-def held_count(pending_table: str) -> str:
-    return count_copies(pending_table, f"{RELEASED_STEP} IS NULL")
+def write_pending(pending_table: str, candidates_view: str, columns: Sequence[Column],
+                  step: int) -> str:
+    """One MERGE by id: release marks for the held changes released now, and new rows for this
+    step's changes that are held."""
+    cols = column_list(columns)
+    values = column_list(columns, "s.")
+    return (
+        f"MERGE INTO {pending_table} AS t USING (SELECT {cols}, {WEIGHT}, {HELD_STEP}, "
+        f"{HELD_ID}, {RELEASE} FROM {candidates_view} "
+        f"WHERE {RELEASE} <> ({HELD_STEP} = {step})) AS s ON t.{HELD_ID} = s.{HELD_ID} "
+        f"WHEN MATCHED AND s.{RELEASE} THEN UPDATE SET {RELEASED_STEP} = {step} "
+        f"WHEN NOT MATCHED AND NOT s.{RELEASE} THEN INSERT ({cols}, {WEIGHT}, {HELD_STEP}, "
+        f"{RELEASED_STEP}, {HELD_ID}) VALUES ({values}, s.{WEIGHT}, s.{HELD_STEP}, "
+        f"CAST(NULL AS BIGINT), s.{HELD_ID})"
+    )
 
 
-def forget_attempt(pending_table: str, step: int) -> List[str]:
-    """Undo an interrupted attempt of `step`: its held rows and its release marks."""
-    return [
-        f"DELETE FROM {pending_table} WHERE {HELD_STEP} >= {step}",
-        f"UPDATE {pending_table} SET {RELEASED_STEP} = NULL WHERE {RELEASED_STEP} >= {step}",
-    ]
+def ids_missing(pending_table: str) -> List[str]:
+    """Gives every row of a `__pending` table made before rows had ids an id of its own."""
+    return [f"ALTER TABLE {pending_table} ADD COLUMNS ({HELD_ID} string)",
+            f"UPDATE {pending_table} SET {HELD_ID} = uuid() WHERE {HELD_ID} IS NULL"]

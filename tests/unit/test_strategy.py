@@ -1,0 +1,75 @@
+"""Which plan a step runs: the `strategy` config and a step's choice to recompute (strategy.py)."""
+
+import pytest
+
+from dbt.adapters.streamsql.execution.step import ModelSettings, StepError, run_step
+from tests.unit.fake_sql_session import FakeSqlSession
+
+SRC = [("id", "bigint"), ("k", "bigint"), ("v", "bigint")]
+LINEAR = "select id, k, v * 10 as v10 from demo.src where k is not null"
+AGGREGATE = "select k, count(*) as n from demo.src group by k"
+MIB = 2**20
+
+
+def session_with_source(size_bytes: int) -> FakeSqlSession:
+    session = FakeSqlSession()
+    session.create_source("demo.src", SRC)
+    session.tables["demo.src"].size_bytes = size_bytes
+    return session
+
+
+def reads_the_model_to_diff(statements) -> bool:
+    return any("FROM `demo`.`m` VERSION AS OF" in s for s in statements)
+
+
+def test_strategy_recompute_recomputes_every_step_and_keeps_no_state():
+    session = session_with_source(MIB)
+    settings = ModelSettings(name="m", schema="demo", identifier="m", strategy="recompute")
+    result = run_step(session, settings, AGGREGATE)
+    assert result.plan == "recompute"
+    assert result.reason == "recompute: strategy: recompute (the model's config)"
+    assert "demo.m__streamsql_state" not in session.tables
+    session.append_to("demo.src")
+    start = len(session.statements)
+    run_step(session, settings, AGGREGATE)
+    assert reads_the_model_to_diff(session.statements[start:])
+
+
+def test_an_unknown_strategy_names_the_choices():
+    settings = ModelSettings(name="m", schema="demo", identifier="m", strategy="fast")
+    with pytest.raises(StepError, match="config strategy = 'fast' is not one of auto, "
+                                        "incremental, recompute"):
+        run_step(session_with_source(MIB), settings, LINEAR)
+
+
+@pytest.mark.parametrize("strategy, input_mib, change_mib, recomputed", [
+    ("auto", 100, 150, True),  # the inputs changed by more than half of what they hold
+    ("auto", 200, 20, False),  # a small change: incremental
+    ("auto", 10, 10, False),  # small inputs: a step costs its fixed cost either way
+    ("incremental", 200, 150, False),  # the config says never
+])
+def test_a_stateless_step_recomputes_when_its_change_is_as_large_as_its_inputs(
+        strategy, input_mib, change_mib, recomputed):
+    session = session_with_source(input_mib * MIB)
+    settings = ModelSettings(name="m", schema="demo", identifier="m", strategy=strategy)
+    run_step(session, settings, LINEAR)
+    session.append_to("demo.src", size_bytes=change_mib * MIB)
+    start = len(session.statements)
+    result = run_step(session, settings, LINEAR)
+    assert result.plan == "linear"  # the model's plan; the step's choice is a note
+    assert reads_the_model_to_diff(session.statements[start:]) == recomputed
+    notes = [note for note in result.notes if note.startswith("recomputed this step")]
+    assert bool(notes) == recomputed
+    if recomputed:
+        assert notes[0] == (f"recomputed this step: its inputs changed by {change_mib:.1f} "
+                            f"MiB, at least 50% of their {input_mib + change_mib:.1f} MiB")
+        assert result.log_line().endswith(notes[0])
+
+
+def test_a_plan_with_state_keeps_its_plan_whatever_the_change():
+    session = session_with_source(200 * MIB)
+    settings = ModelSettings(name="m", schema="demo", identifier="m")
+    run_step(session, settings, AGGREGATE)
+    session.append_to("demo.src", size_bytes=500 * MIB)
+    result = run_step(session, settings, AGGREGATE)
+    assert result.plan == "aggregate" and not result.notes
