@@ -234,6 +234,11 @@ class Demo:
             print(f"  {m['model']:<28} {m.get('changes_read', 0):>5} {m.get('applied', 0):>7} "
                   f"{m.get('late', 0):>5} {m.get('held', 0):>5}  {waterline or '-':<32} "
                   f"{m.get('plan')} ({m.get('reason')})")
+        notes = sorted({note for m in last["models"] for note in m.get("notes") or []})
+        if notes:  # recoveries and retention warnings (docs/steps.md)
+            print("\nNotes of the step lines:")
+            for note in notes:
+                print(f"  {note}")
 
     def chart_png(self) -> None:
         import matplotlib

@@ -5,6 +5,8 @@
     dbt run-operation generate_step --args '{step: 1}' # one step's worth of events
 
   Every table is a Delta table with the change data feed on, which is what incremental_view reads.
+  `shipments` keeps only an hour of removed files (delta.deletedFileRetentionDuration): the models
+  that read it show the retention guard's warning in their step line (docs/steps.md).
   Event time is simulated: step n's clock reads 2024-01-01 00:00 + n * step_minutes, and each event
   is stamped up to `disorder` minutes before that clock, so events arrive out of order. A share
   `late_share` of the events is stamped well below the waterline (more than lateness + one step
@@ -24,7 +26,9 @@
       "create or replace table " ~ raw ~ ".sensors (sensor_id int, room string, ts timestamp, temp double) " ~ cdf,
       "create or replace table " ~ raw ~ ".orders (rowtime timestamp, productId int, orderId bigint, units int) " ~ cdf,
       "create or replace table " ~ raw ~ ".products (rowtime timestamp, productId int, name string, unitPrice decimal(10,2)) " ~ cdf,
-      "create or replace table " ~ raw ~ ".shipments (rowtime timestamp, orderId bigint) " ~ cdf,
+      "create or replace table " ~ raw ~ ".shipments (rowtime timestamp, orderId bigint) "
+        ~ "using delta tblproperties ('delta.enableChangeDataFeed' = 'true', "
+        ~ "'delta.deletedFileRetentionDuration' = 'interval 1 hour')",
   ] -%}
   {%- for statement in statements -%}
     {%- do run_query(statement) -%}

@@ -50,3 +50,6 @@ def test_demo_runs_steps_with_every_dbt_test_passing(tmp_path):
     assert chart.exists() and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "stg_purchases__late" in completed.stdout
     assert "stg_purchases__waterline" in completed.stdout
+    # the shipments source keeps an hour of removed files: the retention guard says so
+    assert "shipments keeps 1 hour of history (delta.deletedFileRetentionDuration)" \
+        in completed.stdout

@@ -1,0 +1,273 @@
+"""The fixed cost of a step: what a `dbt run` costs per model when almost nothing changed.
+
+A project of 16 incremental views (projections and filters, GROUP BYs, joins, chains) over two
+small sources. In one warm process (dbt in-process through `dbtRunner`, one JVM):
+
+1. the first build;
+2. `--steps` steps: a few dozen rows appended to `events` (every model changes), then `dbt run`;
+3. `--floor-runs` runs with no new rows (no model is a step).
+
+Then `--cold-runs` separate `dbt run` processes (a cron job's run: a new JVM each), once with
+no new rows and once after an append, timed from the process's start, with the part before the
+first model started (Python and dbt start-up, the JVM and Delta's jars, the metastore) split out
+from dbt's own log.
+
+    python bench/fixed_cost.py                      # about 10 minutes on 2 cores
+    python bench/fixed_cost.py --steps 3 --floor-runs 3 --cold-runs 1
+
+Writes bench/results/fixed_cost.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List
+
+from benchlib import (
+    BENCH_DIR,
+    Dbt,
+    NodeRun,
+    fmt,
+    machine_info,
+    machine_lines,
+    median,
+    start_session,
+    write_project_skeleton,
+)
+
+SCHEMA = "fixed_cost"
+SOURCE = "fc_src"
+EVENTS = f"{{{{ source('{SOURCE}', 'events') }}}}"
+DIMS = f"{{{{ source('{SOURCE}', 'dims') }}}}"
+IV = "{{ config(materialized='incremental_view') }}\n"
+
+# model -> (kind, SQL)
+MODELS: Dict[str, tuple] = {
+    "p_all": ("projection", f"select id, k, v, ts from {EVENTS}"),
+    "p_scaled": ("projection", f"select id, v * 2 as v2, ts from {EVENTS}"),
+    "p_filter": ("projection", f"select id, k, v from {EVENTS} where v > 50"),
+    "p_hour": ("projection", f"select id, date_trunc('hour', ts) as hour from {EVENTS}"),
+    "p_union": ("projection", f"select id, k from {EVENTS} where k < 5 "
+                              f"union all select id, k from {EVENTS} where k > 90"),
+    "p_case": ("projection", f"select id, case when v > 50 then 'hi' else 'lo' end as band "
+                             f"from {EVENTS}"),
+    "g_count": ("group by", f"select k, count(*) as n from {EVENTS} group by k"),
+    "g_sum": ("group by", f"select k, sum(v) as total, avg(v) as mean from {EVENTS} group by k"),
+    "g_max": ("group by", f"select k, max(v) as top, min(v) as low from {EVENTS} group by k"),
+    "g_hour": ("group by", f"select date_trunc('hour', ts) as hour, count(*) as n "
+                           f"from {EVENTS} group by date_trunc('hour', ts)"),
+    "g_window": ("group by", f"select window(ts, '10 minutes').start as w, k, count(*) as n "
+                             f"from {EVENTS} group by window(ts, '10 minutes'), k"),
+    "g_global": ("group by", f"select count(*) as n, sum(v) as total from {EVENTS}"),
+    "j_dims": ("join", f"select e.id, e.v, d.label from {EVENTS} e join {DIMS} d on e.k = d.k"),
+    "j_left": ("join", f"select e.id, d.label from {EVENTS} e left join {DIMS} d on e.k = d.k"),
+    "c_of_projection": ("chain", "select id, v2 from {{ ref('p_scaled') }} where v2 > 100"),
+    "c_of_group": ("chain", "select k, top from {{ ref('g_max') }} where top > 90"),
+}
+HISTORY_ROWS = 100_000
+
+
+def write_models(work: Path) -> None:
+    for name, (_, sql) in MODELS.items():
+        (work / "models" / f"{name}.sql").write_text(IV + sql + "\n")
+
+
+def create_sources(spark: Any) -> None:
+    spark.sql(f"DROP SCHEMA IF EXISTS {SOURCE} CASCADE")
+    spark.sql(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    spark.sql(f"CREATE SCHEMA {SOURCE}")
+    spark.sql(f"CREATE SCHEMA {SCHEMA}")
+    spark.sql(f"CREATE TABLE {SOURCE}.events (id BIGINT, k INT, v INT, ts TIMESTAMP) USING delta")
+    spark.sql(f"CREATE TABLE {SOURCE}.dims (k INT, label STRING) USING delta")
+    spark.sql(f"INSERT INTO {SOURCE}.dims SELECT id, concat('label-', id) FROM range(100)")
+    append(spark, 0, HISTORY_ROWS)
+
+
+def append(spark: Any, start: int, rows: int) -> None:
+    spark.sql(f"INSERT INTO {SOURCE}.events SELECT id, CAST(pmod(xxhash64(id), 100) AS INT), "
+              f"CAST(pmod(xxhash64(id, 1), 100) AS INT), "
+              f"timestamp_seconds(1704067200 + id) FROM range({start}, {start + rows})")
+
+
+def by_kind(runs: List[Dict[str, NodeRun]]) -> Dict[str, float]:
+    """Median node time per model kind over the runs."""
+    times: Dict[str, List[float]] = {}
+    for nodes in runs:
+        for name, node in nodes.items():
+            times.setdefault(MODELS[name][0], []).append(node.execution_time)
+    return {kind: median(values) for kind, values in times.items()}
+
+
+def cold_run(work: Path) -> Dict[str, Any]:
+    """One `dbt run` in a new process: wall time, and when the first model started."""
+    dbt = str(Path(sys.executable).with_name("dbt"))
+    log = work / "logs" / "dbt.log"
+    if log.exists():
+        log.unlink()
+    started = time.time()
+    result = subprocess.run([dbt, "run", "--project-dir", str(work), "--profiles-dir", str(work)],
+                            cwd=work, capture_output=True, text=True)
+    wall = time.time() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"cold dbt run failed:\n{result.stdout[-3000:]}")
+    text = log.read_text()
+    first_model = _log_time(text, r"1 of \d+ START")
+    spark_start = _log_time(text, r"Starting embedded Spark")
+    spark_ready = _log_time(text, r"Embedded Spark started in")
+    return {"wall_s": wall,
+            "before_first_model_s": first_model - started if first_model else None,
+            "embedded_spark_start_s": (spark_ready - spark_start
+                                       if spark_ready and spark_start else None),
+            "models_s": started + wall - first_model if first_model else None}
+
+
+def _log_time(text: str, pattern: str) -> Any:
+    for line in text.splitlines():
+        if re.search(pattern, line):
+            match = re.search(r"(\d\d):(\d\d):(\d\d)\.(\d+)", line)
+            if match:
+                now = datetime.now()
+                clock = now.replace(hour=int(match.group(1)), minute=int(match.group(2)),
+                                    second=int(match.group(3)),
+                                    microsecond=int(match.group(4)[:6].ljust(6, "0")))
+                return clock.timestamp()
+    return None
+
+
+def main(argv: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--step-rows", type=int, default=40, help="rows appended per step")
+    parser.add_argument("--floor-runs", type=int, default=5)
+    parser.add_argument("--cold-runs", type=int, default=2)
+    parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-fixed-cost"))
+    parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
+    parser.add_argument("--output-name", default="fixed_cost")
+    args = parser.parse_args(argv)
+
+    work = Path(args.work_dir)
+    shutil.rmtree(work, ignore_errors=True)
+    target = write_project_skeleton(work, "fixed_cost", SCHEMA, "4g",
+                                    {SOURCE: ["events", "dims"]})
+    write_models(work)
+    spark = start_session(target)
+    info = machine_info(spark)
+    create_sources(spark)
+    dbt = Dbt(work)
+    names = list(MODELS)
+    started = time.monotonic()
+    dbt.run(names)
+    first_build = time.monotonic() - started
+    print(f"first build in {first_build:.1f} s", flush=True)
+
+    next_id = HISTORY_ROWS
+    steps: List[Dict[str, NodeRun]] = []
+    step_walls: List[float] = []
+    for number in range(args.steps):
+        append(spark, next_id, args.step_rows)
+        next_id += args.step_rows
+        wall, nodes = dbt.run(names)
+        assert all(node.adapter.get("applied") is not None for node in nodes.values())
+        steps.append(nodes)
+        step_walls.append(wall)
+        print(f"step {number + 1}: {wall:.1f} s for {len(nodes)} models", flush=True)
+    floors: List[Dict[str, NodeRun]] = []
+    floor_walls: List[float] = []
+    for number in range(args.floor_runs):
+        wall, nodes = dbt.run(names)
+        skipped = [n for n in nodes.values()
+                   if "inputs unchanged" in str(n.adapter.get("_message"))]
+        floors.append(nodes)
+        floor_walls.append(wall)
+        print(f"no-change run {number + 1}: {wall:.1f} s ({len(skipped)} of {len(nodes)} "
+              "models skipped)", flush=True)
+    statements = {name: len(node.statements) for name, node in steps[-1].items()}
+    floor_statements = {name: len(node.statements) for name, node in floors[-1].items()}
+
+    spark.stop()
+    cold: Dict[str, List[Dict[str, Any]]] = {
+        "no change": [cold_run(work) for _ in range(args.cold_runs)], "step": []}
+    for _ in range(args.cold_runs):  # new rows, appended by a short process of their own
+        _append_in_process(work, next_id, args.step_rows)
+        next_id += args.step_rows
+        cold["step"].append(cold_run(work))
+
+    results = {
+        "command": "python bench/fixed_cost.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "started": datetime.now(timezone.utc).isoformat(), "machine": info,
+        "models": {name: kind for name, (kind, _) in MODELS.items()},
+        "first_build_s": first_build,
+        "step_by_kind_s": by_kind(steps), "no_change_by_kind_s": by_kind(floors),
+        "step_wall_s": step_walls, "no_change_wall_s": floor_walls,
+        "statements_per_step": statements, "statements_per_no_change": floor_statements,
+        "steps": [{n: node.execution_time for n, node in nodes.items()} for nodes in steps],
+        "no_change": [{n: node.execution_time for n, node in nodes.items()} for nodes in floors],
+        "cold": cold,
+    }
+    out = Path(args.results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.output_name}.json").write_text(json.dumps(results, indent=1, default=str))
+    (out / f"{args.output_name}.md").write_text(report(results))
+    print(report(results))
+    return 0
+
+
+def _append_in_process(work: Path, start: int, rows: int) -> None:
+    """Appends rows through a short-lived session of its own (the warehouse's lock is free)."""
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from benchlib import start_session\nimport fixed_cost, yaml\n"
+        "target = yaml.safe_load(open(%r))['fixed_cost']['outputs']['local']\n"
+        "spark = start_session(target)\nfixed_cost.append(spark, %d, %d)\nspark.stop()\n"
+    ) % (str(BENCH_DIR), str(work / "profiles.yml"), start, rows)
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=work,
+                   env=dict(os.environ))
+
+
+def report(results: Dict[str, Any]) -> str:
+    steps, floors = results["step_by_kind_s"], results["no_change_by_kind_s"]
+    count = {kind: sum(1 for k in results["models"].values() if k == kind) for kind in steps}
+    lines = [
+        "# Fixed cost of a step: 16 incremental views, a few dozen new rows per step", "",
+        f"Command: `{results['command']}`  ",
+        f"Run: {results['started']}", "",
+        "One warm process (dbt in-process, one JVM): seconds per model (dbt's `execution_time`, "
+        "median over the runs and the models of a kind).", "",
+        "| model kind | models | step (new rows) s | no-change run s |",
+        "|---|---:|---:|---:|",
+    ]
+    for kind in steps:
+        lines.append(f"| {kind} | {count[kind]} | {fmt(steps[kind])} | {fmt(floors[kind])} |")
+    lines += [
+        "", f"Whole `dbt run` of the 16 models: step {fmt(median(results['step_wall_s']))} s, "
+        f"no-change {fmt(median(results['no_change_wall_s']))} s (medians). First build "
+        f"{fmt(results['first_build_s'])} s.", "",
+        "Statements a model runs (last step / last no-change run): "
+        + ", ".join(f"{name} {results['statements_per_step'][name]} / "
+                    f"{results['statements_per_no_change'][name]}"
+                    for name in results["models"]) + ".", "",
+        "## A cold `dbt run` process (as from cron)", "",
+        "| run | wall s | before the first model s | of which the embedded Spark start s | "
+        "models s |", "|---|---:|---:|---:|---:|",
+    ]
+    for kind, runs in results["cold"].items():
+        for run in runs:
+            lines.append(f"| {kind} | {fmt(run['wall_s'])} | "
+                         f"{fmt(run['before_first_model_s'] or float('nan'))} | "
+                         f"{fmt(run['embedded_spark_start_s'] or float('nan'))} | "
+                         f"{fmt(run['models_s'] or float('nan'))} |")
+    lines += ["", "## Machine", ""] + machine_lines(results["machine"]) + [""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
