@@ -5,6 +5,7 @@ import sqlglot
 
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution.progress import StepRecord, last_record
+from dbt.adapters.streamsql.execution.side_tables import default_side_table_sql
 from dbt.adapters.streamsql.planning.plan import Column
 
 COLS = [Column("ts", "timestamp"), Column("seq", "bigint"), Column("place", "string")]
@@ -54,8 +55,13 @@ def test_first_step_waterline_is_max_minus_lateness():
 
 
 def test_quarantine_keeps_one_row_per_copy_with_its_waterline():
-    statement = late.quarantine_insert("q", "c", COLS, 5, {"ts": "2020-01-01 01:00:00"})
+    rows = late.quarantine_rows("c", COLS, 5, {"ts": "2020-01-01 01:00:00"})
+    statement = default_side_table_sql().append_late_rows("s", "m__late",
+                                                          late.late_table_columns(COLS), rows)
     sqlglot.parse_one(statement, read="spark")
+    assert statement == ("INSERT INTO `s`.`m__late` (`ts`, `seq`, `place`, `_streamsql_step`, "
+                         "`_streamsql_change`, `_streamsql_column`, `_streamsql_waterline`, "
+                         "`_streamsql_reason`, `_streamsql_at`) " + rows)
     assert "explode(sequence(1, abs(_streamsql_weight)))" in statement
     assert "WHEN _streamsql_column = 'ts' THEN '2020-01-01 01:00:00'" in statement
 

@@ -5,6 +5,7 @@ import sqlglot
 
 from dbt.adapters.streamsql.execution import watermark as wm
 from dbt.adapters.streamsql.execution.lateness import LatenessConfigError
+from dbt.adapters.streamsql.execution.side_tables import default_side_table_sql
 from dbt.adapters.streamsql.planning.plan import Column
 
 COLS = [Column("ts", "timestamp"), Column("seq", "bigint"), Column("place", "string")]
@@ -67,8 +68,14 @@ def test_candidates_are_this_steps_changes_and_what_is_still_held_with_ids():
 
 
 def test_one_merge_marks_what_is_released_and_adds_what_this_step_holds():
-    statement = wm.write_pending("p", "cand", COLS, step=4)
+    changes = wm.pending_changes("cand", COLS, step=4)
+    statement = default_side_table_sql().merge_pending_rows("s", "m__pending", COLS, changes, 4)
     parses(statement)
+    assert statement.startswith(f"MERGE INTO `s`.`m__pending` AS t USING ({changes}) AS s ")
+    assert statement.endswith(
+        "INSERT (`ts`, `seq`, `place`, _streamsql_weight, _streamsql_held_step, "
+        "_streamsql_released_step, _streamsql_held_id) VALUES (s.`ts`, s.`seq`, s.`place`, "
+        "s._streamsql_weight, s._streamsql_held_step, CAST(NULL AS BIGINT), s._streamsql_held_id)")
     # only the rows that change the table: held before and released now, or new and held
     assert "WHERE _streamsql_release <> (_streamsql_held_step = 4)) AS s" in statement
     assert "ON t._streamsql_held_id = s._streamsql_held_id" in statement

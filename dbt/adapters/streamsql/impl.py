@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 from dbt.adapters.base import BaseRelation, available
 from dbt.adapters.contracts.connection import AdapterResponse
@@ -15,7 +15,8 @@ from dbt_common.exceptions import DbtRuntimeError
 from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
-from dbt.adapters.streamsql.execution import configs
+from dbt.adapters.streamsql.execution import configs, side_tables
+from dbt.adapters.streamsql.execution.side_tables import SideTableSql
 from dbt.adapters.streamsql.execution.sql_session import AdapterSqlSession
 from dbt.adapters.streamsql.execution.step import (
     ModelSettings,
@@ -103,7 +104,7 @@ def errors_as_dbt_errors() -> Iterator[None]:
     """A step's own errors (they name the model and the fix) as dbt reports runtime errors."""
     try:
         yield
-    except StepError as exc:
+    except (StepError, side_tables.SideTableError) as exc:
         raise DbtRuntimeError(str(exc)) from exc
 
 
@@ -159,24 +160,43 @@ class StreamSQLAdapter(SparkAdapter):
 
     @available
     def streamsql_step(
-        self, relation: BaseRelation, compiled_sql: str, config: Any, full_refresh: bool
+        self, relation: BaseRelation, compiled_sql: str, config: Any, full_refresh: bool,
+        side_table_macros: Optional[Mapping[str, Any]] = None,
     ) -> StepResponse:
-        """Run one step of the incremental view `relation` (called by the materialization)."""
+        """Run one step of the incremental view `relation` (called by the materialization).
+
+        `side_table_macros`: the macros that make the side tables' statements
+        (`streamsql_side_table_macros()`, side_tables.py); without them, the package's own.
+        """
         config = dict(config or {})
         for warning in configs.config_warnings(str(relation.identifier), config):
             logger.warning(warning)  # no config is ignored silently
         with errors_as_dbt_errors():
             model = model_settings(relation, config, bool(full_refresh))
-            result = run_step(AdapterSqlSession(self), model, compiled_sql, log=logger.info)
+            result = run_step(AdapterSqlSession(self), model, compiled_sql, log=logger.info,
+                              side_sql=self._side_table_sql(side_table_macros))
         return step_response(result)
 
     @available
-    def streamsql_flush(self, relation: BaseRelation, config: Any) -> StepResponse:
+    def streamsql_flush(self, relation: BaseRelation, config: Any,
+                        side_table_macros: Optional[Mapping[str, Any]] = None) -> StepResponse:
         """Release everything the model's WATERMARK holds (the `streamsql_flush` operation)."""
         with errors_as_dbt_errors():
             model = model_settings(relation, dict(config or {}), full_refresh=False)
-            result = flush_step(AdapterSqlSession(self), model, log=logger.info)
+            result = flush_step(AdapterSqlSession(self), model, log=logger.info,
+                                side_sql=self._side_table_sql(side_table_macros))
         return step_response(result)
+
+    def _side_table_sql(self, macros: Optional[Mapping[str, Any]]) -> Optional[SideTableSql]:
+        """The side tables' statements from the macros dbt handed over, called with relations
+        quoted as the step quotes names (so that the default statements are the same text)."""
+        if macros is None:
+            return None
+        with errors_as_dbt_errors():
+            call = side_tables.dbt_macros(macros)
+        return SideTableSql(call, lambda schema, identifier: self.Relation.create(
+            schema=schema, identifier=identifier, type="table").quote(schema=True,
+                                                                     identifier=True))
 
     @available
     def streamsql_explain(self, relation: BaseRelation, compiled_sql: str, config: Any) -> str:

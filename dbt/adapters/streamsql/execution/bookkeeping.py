@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution import lateness as late
+from dbt.adapters.streamsql.execution import side_tables as side
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution import watermark as wm
 from dbt.adapters.streamsql.execution.context import StepContext, StepError
@@ -119,22 +120,21 @@ def target_exists(ctx: StepContext) -> bool:
 
 def create_event_time_tables(ctx: StepContext, output_columns: Sequence[Column],
                              rules: "EventTimeRules", replace: bool) -> None:
-    """`__late` and `__waterline` for LATENESS, `__pending` for WATERMARK."""
+    """`__late` and `__waterline` for LATENESS, `__pending` for WATERMARK: their columns decided
+    here, their CREATE statements made by the package's macros (side_tables.py)."""
     model = ctx.model
     tables = []
     if rules.lateness:
         tables += [
-            (model.late_table, list(output_columns) + list(late.QUARANTINE_COLUMNS)),
-            (model.waterline_table, list(late.WATERLINE_COLUMNS)),
+            (side.LATE, "__late", late.late_table_columns(output_columns)),
+            (side.WATERLINE, "__waterline", list(late.WATERLINE_COLUMNS)),
         ]
     if rules.watermark:
-        tables.append((model.pending_table, list(output_columns) + list(wm.PENDING_COLUMNS)))
-    for table, columns in tables:
-        statement = sql.create_table(table, columns)
-        if not replace:
-            statement = statement.replace("CREATE OR REPLACE TABLE",
-                                          "CREATE TABLE IF NOT EXISTS", 1)
-        ctx.session.run(statement)
+        tables.append((side.PENDING, "__pending",
+                       list(output_columns) + list(wm.PENDING_COLUMNS)))
+    for kind, suffix, columns in tables:
+        ctx.session.run(ctx.side_sql.create_table(kind, model.schema, model.identifier + suffix,
+                                                  columns, replace))
     pending = model.table_name("__pending")
     if rules.watermark and not replace and wm.HELD_ID not in {
             c.name for c in ctx.delta_log.snapshot(pending).columns}:

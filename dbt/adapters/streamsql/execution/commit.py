@@ -180,21 +180,26 @@ def write_side_tables(ctx: StepContext, writes: StepWrites, previous: StepRecord
                       record: StepRecord) -> None:
     """Write 2 of the module docstring: each side table the record names, idempotently."""
     wanted = set(record.side_writes)
+    model, statements = ctx.model, ctx.side_sql  # the statements: macros (side_tables.py)
     if writes.quarantine is not None:
         ctx.checkpoint("before_quarantine")
         write = writes.quarantine
         if WATERLINE in wanted:
-            with_side_record(ctx, record, WATERLINE, late.waterline_insert(
-                ctx.model.waterline_table, record.step, write.rules, record.waterline,
-                record.max_seen))
+            with_side_record(ctx, record, WATERLINE, statements.append_waterline_rows(
+                model.schema, model.identifier + WATERLINE, late.WATERLINE_COLUMNS,
+                late.waterline_rows(record.step, write.rules, record.waterline,
+                                    record.max_seen)))
         if LATE in wanted:
-            with_side_record(ctx, record, LATE, late.quarantine_insert(
-                ctx.model.late_table, write.classified, write.columns, record.step,
-                previous.waterline))
+            with_side_record(ctx, record, LATE, statements.append_late_rows(
+                model.schema, model.identifier + LATE, late.late_table_columns(write.columns),
+                late.quarantine_rows(write.classified, write.columns, record.step,
+                                     previous.waterline)))
     if writes.held is not None and PENDING in wanted:
         ctx.checkpoint("before_hold")
-        with_side_record(ctx, record, PENDING, wm.write_pending(
-            ctx.model.pending_table, writes.held.candidates, writes.held.columns, record.step))
+        with_side_record(ctx, record, PENDING, statements.merge_pending_rows(
+            model.schema, model.identifier + PENDING, writes.held.columns,
+            wm.pending_changes(writes.held.candidates, writes.held.columns, record.step),
+            record.step))
     for state in writes.state:
         if state.suffix in wanted:
             write_state(ctx, state, record)

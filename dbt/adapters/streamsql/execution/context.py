@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.bindings import Bindings
 from dbt.adapters.streamsql.execution.delta_log import DeltaLogReader
+from dbt.adapters.streamsql.execution.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.views import StepViews
 
@@ -148,6 +149,8 @@ class StepContext:
     schema: Optional[Any] = None
     # Set when the step is taken again because reading an input's history failed (recovery.py).
     recover_reason: Optional[str] = None
+    # The statements that create and write the side tables: macros (side_tables.py).
+    side_sql: SideTableSql = field(default_factory=default_side_table_sql)
     views: StepViews = field(init=False)
     bindings: Bindings = field(init=False)
     delta_log: DeltaLogReader = field(init=False)

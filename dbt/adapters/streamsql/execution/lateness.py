@@ -7,7 +7,8 @@ For a lateness column c with lateness L, a step n:
 - moves the waterline: W(n) = max(W(n-1), max(c over this step's changes that are neither NULL
   nor future) - L). It never decreases and takes effect one step later.
 
-Everything here builds SQL; `step.py` runs it.
+Everything here builds SQL; `step.py` runs it. The statements that create and write the
+side tables come from macros (side_tables.py).
 """
 
 from __future__ import annotations
@@ -247,18 +248,22 @@ def waterline_query(classified_view: str, rules: Sequence[LatenessRule],
     return f"SELECT {', '.join(parts)} FROM {classified_view}"
 
 
-def quarantine_insert(late_table: str, classified_view: str, columns: Sequence[Column],
-                      step: int, waterline: Mapping[str, Optional[str]]) -> str:
-    """Late changes, one row per copy, into `<model>__late`."""
+def late_table_columns(columns: Sequence[Column]) -> List[Column]:
+    """The columns of `<model>__late`: the model's, then QUARANTINE_COLUMNS."""
+    return list(columns) + list(QUARANTINE_COLUMNS)
+
+
+def quarantine_rows(classified_view: str, columns: Sequence[Column], step: int,
+                    waterline: Mapping[str, Optional[str]]) -> str:
+    """The rows a step adds to `<model>__late` (`late_table_columns`): its late changes, one
+    row per copy. (The macro `streamsql_append_late_rows` makes the statement that adds them.)"""
     known = [(name, value) for name, value in waterline.items() if value is not None]
     waterline_case = (
         "CASE " + " ".join(f"WHEN {LATE_COLUMN} = '{name}' THEN '{value}'"
                            for name, value in known) + " END"
         if known else "CAST(NULL AS STRING)"
     )
-    target_columns = column_list(list(columns) + list(QUARANTINE_COLUMNS))
     return (
-        f"INSERT INTO {late_table} ({target_columns}) "
         f"SELECT {column_list(columns)}, CAST({step} AS BIGINT), "
         f"CASE WHEN {WEIGHT} > 0 THEN 'insert' ELSE 'delete' END, {LATE_COLUMN}, "
         f"{waterline_case}, {REASON}, current_timestamp() "
@@ -267,8 +272,10 @@ def quarantine_insert(late_table: str, classified_view: str, columns: Sequence[C
     )
 
 
-def waterline_insert(waterline_table: str, step: int, rules: Sequence[LatenessRule],
-                     values: Dict[str, Optional[str]], max_seen: Dict[str, Optional[str]]) -> str:
+def waterline_rows(step: int, rules: Sequence[LatenessRule], values: Dict[str, Optional[str]],
+                   max_seen: Dict[str, Optional[str]]) -> str:
+    """The rows a step adds to `<model>__waterline` (WATERLINE_COLUMNS), one per rule, as
+    VALUES. (The macro `streamsql_append_waterline_rows` makes the statement that adds them.)"""
     rows = []
     for rule in rules:
         name = rule.column.name
@@ -276,7 +283,7 @@ def waterline_insert(waterline_table: str, step: int, rules: Sequence[LatenessRu
             f"(CAST({step} AS BIGINT), '{name}', {_string_or_null(values.get(name))}, "
             f"{_string_or_null(max_seen.get(name))}, current_timestamp())"
         )
-    return f"INSERT INTO {waterline_table} VALUES {', '.join(rows)}"
+    return f"VALUES {', '.join(rows)}"
 
 
 def _string_or_null(value: Optional[str]) -> str:

@@ -269,7 +269,7 @@ def take_again(failed: StepContext, error: BaseException,
     commit, and a commit that landed is found by the next attempt like by any run.
     """
     first_line = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
-    again = StepContext(failed.session, failed.model, failed.log)
+    again = StepContext(failed.session, failed.model, failed.log, side_sql=failed.side_sql)
     again.recover_reason = f"reading its inputs' history failed ({first_line})"
     failed.log(f"{failed.model.name}: {again.recover_reason}; taking the step again from the "
                "inputs' current versions")

@@ -21,7 +21,7 @@ WATERMARK holds.
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution import (
     bookkeeping,
@@ -55,6 +55,7 @@ from dbt.adapters.streamsql.execution.event_time import (
 )
 from dbt.adapters.streamsql.execution.inputs import InputState
 from dbt.adapters.streamsql.execution.progress import StepRecord, sql_fingerprint
+from dbt.adapters.streamsql.execution.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.statements import column_list
 from dbt.adapters.streamsql.execution.views import inline
@@ -72,9 +73,13 @@ __all__ = ["run_step", "flush_step", "ModelSettings", "StepError", "StepResult",
 
 
 def run_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
-             log: Callable[[str], None] = lambda line: None) -> StepResult:
-    """Runs one step of `model`, whose query is `compiled_sql`; what it did."""
-    ctx = StepContext(session, model, log)
+             log: Callable[[str], None] = lambda line: None,
+             side_sql: Optional[SideTableSql] = None) -> StepResult:
+    """Runs one step of `model`, whose query is `compiled_sql`; what it did.
+
+    `side_sql`: the side tables' statements (side_tables.py); by default the package's macros
+    rendered without dbt."""
+    ctx = StepContext(session, model, log, side_sql=side_sql or default_side_table_sql())
     started = time.monotonic()
     try:
         result = _step(ctx, compiled_sql)
@@ -108,7 +113,8 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     if last is not None and last.step > 0:
         unfinished = bookkeeping.unfinished_side_writes(ctx, last)
         if unfinished:
-            finish_step(ctx.session, ctx.model, compiled_sql, last, unfinished, ctx.log)
+            finish_step(ctx.session, ctx.model, compiled_sql, last, unfinished, ctx.log,
+                        ctx.side_sql)
     if last is not None and last.unchanged(fingerprint, versions) and \
             recovery.same_tables(last, read):
         return StepResult(ctx.model.name, last.step, last.plan, last.reason,
@@ -184,12 +190,12 @@ def compute_step(ctx: StepContext, plan: StepPlan, read: Sequence[InputState],
 
 def finish_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
                 last: StepRecord, unfinished: Sequence[str],
-                log: Callable[[str], None]) -> None:
+                log: Callable[[str], None], side_sql: SideTableSql) -> None:
     """Writes what a crash left unwritten of step `last` (committed to the model, with side
     tables named in its record still without it): the step computed again from the inputs'
     versions it read and the state before it, every side-table write tried again (Delta skips
     those that landed before, commit.py)."""
-    ctx = StepContext(session, model, log)
+    ctx = StepContext(session, model, log, side_sql=side_sql)
     try:
         ctx.log(f"{model.name}: finishing step {last.step}, which a crash interrupted after its "
                 f"commit: {', '.join(unfinished)} without it yet")
@@ -217,9 +223,10 @@ def finish_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
 
 
 def flush_step(session: SqlSession, model: ModelSettings,
-               log: Callable[[str], None] = lambda line: None) -> StepResult:
+               log: Callable[[str], None] = lambda line: None,
+               side_sql: Optional[SideTableSql] = None) -> StepResult:
     """Releases every held change (`streamsql_flush`): a step that reads no input."""
-    ctx = StepContext(session, model, log)
+    ctx = StepContext(session, model, log, side_sql=side_sql or default_side_table_sql())
     started = time.monotonic()
     try:
         try:

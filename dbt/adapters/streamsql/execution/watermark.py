@@ -8,8 +8,9 @@ released at once (LATENESS, if declared, quarantines it).
 
 Held changes live in `<model>__pending`: the model's columns, the change's weight, the step that
 held it, the step that released it (NULL while held) and an id. A step writes the table once, in
-one MERGE by id (`write_pending`): it marks the rows it releases and adds the changes it holds, so
-a reader sees all of a step's effect on the table or none of it.
+one MERGE by id (the macro `streamsql_merge_pending_rows` over `pending_changes`): it marks the
+rows it releases and adds the changes it holds, so a reader sees all of a step's effect on the
+table or none of it.
 """
 
 from __future__ import annotations
@@ -120,20 +121,14 @@ def pending_counts(candidates_view: str, step: int) -> str:
     )
 
 
-def write_pending(pending_table: str, candidates_view: str, columns: Sequence[Column],
-                  step: int) -> str:
-    """One MERGE by id: release marks for the held changes released now, and new rows for this
-    step's changes that are held."""
-    cols = column_list(columns)
-    values = column_list(columns, "s.")
+def pending_changes(candidates_view: str, columns: Sequence[Column], step: int) -> str:
+    """The changes a step writes to `__pending`: the held ones it releases (to be marked) and
+    its own that it holds (to be added), each with its weight, held step, id and whether it is
+    released. The macro `streamsql_merge_pending_rows` makes the one MERGE by id that writes
+    them."""
     return (
-        f"MERGE INTO {pending_table} AS t USING (SELECT {cols}, {WEIGHT}, {HELD_STEP}, "
-        f"{HELD_ID}, {RELEASE} FROM {candidates_view} "
-        f"WHERE {RELEASE} <> ({HELD_STEP} = {step})) AS s ON t.{HELD_ID} = s.{HELD_ID} "
-        f"WHEN MATCHED AND s.{RELEASE} THEN UPDATE SET {RELEASED_STEP} = {step} "
-        f"WHEN NOT MATCHED AND NOT s.{RELEASE} THEN INSERT ({cols}, {WEIGHT}, {HELD_STEP}, "
-        f"{RELEASED_STEP}, {HELD_ID}) VALUES ({values}, s.{WEIGHT}, s.{HELD_STEP}, "
-        f"CAST(NULL AS BIGINT), s.{HELD_ID})"
+        f"SELECT {column_list(columns)}, {WEIGHT}, {HELD_STEP}, {HELD_ID}, {RELEASE} "
+        f"FROM {candidates_view} WHERE {RELEASE} <> ({HELD_STEP} = {step})"
     )
 
 

@@ -18,5 +18,5 @@
     {%- do exceptions.raise_compiler_error("streamsql_flush: model '" ~ model ~ "' is materialized as " ~ node.config.materialized ~ ", not incremental_view.") -%}
   {%- endif -%}
   {%- set relation = api.Relation.create(schema=node.schema, identifier=node.alias, type='table') -%}
-  {%- do adapter.streamsql_flush(relation, node.config) -%}
+  {%- do adapter.streamsql_flush(relation, node.config, streamsql_side_table_macros()) -%}
 {% endmacro %}
