@@ -7,7 +7,8 @@ Delta does: a second write with an id and version already seen commits nothing).
 would compute rows are answered from `FakeSqlSession.answers` (change counts, waterlines, ...).
 
 Every statement is appended to `statements`, so a test can assert which statements a step runs
-and in which order; `commits(table)` shows what a table's history holds.
+and in which order (and recorded in `trace`, with its role, as the adapter's session records
+it); `commits(table)` shows what a table's history holds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sqlglot
 from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.delta_log import SqlDeltaLog
+from dbt.adapters.streamsql.execution.trace import StatementTrace
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -110,6 +112,7 @@ class FakeSqlSession:
         self.tables: Dict[str, FakeTable] = {}
         self.conf: Dict[str, str] = {}
         self.statements: List[str] = []
+        self.trace = StatementTrace()
         self.answers = Answers()
         self.describe = describe or (lambda sql: None)
         # DESCRIBE QUERY answers a column by its name: a source's columns, or what a test sets
@@ -144,20 +147,20 @@ class FakeSqlSession:
     # -- the SqlSession protocol --------------------------------------------------------------
 
     def query(self, statement: str) -> List[Dict[str, Any]]:
-        self.statements.append(statement)
+        self._send(statement)
         self._maybe_fail(statement)
         return self._answer(statement.strip())
 
     def run(self, statement: str) -> None:
-        self.statements.append(statement)
+        self._send(statement)
         self._maybe_fail(statement)
         self._answer(statement.strip())
 
     def materialize(self, name: str, select: str) -> None:
-        self.statements.append(f"CHECKPOINT {name} AS {select}")
+        self._send(f"CHECKPOINT {name} AS {select}")
 
     def release(self, name: str) -> None:
-        self.statements.append(f"RELEASE {name}")
+        self._send(f"RELEASE {name}")
 
     def local_checkpoints(self) -> bool:
         return True  # as the embedded session
@@ -166,6 +169,10 @@ class FakeSqlSession:
         return SqlDeltaLog(self)
 
     # -- statements -----------------------------------------------------------------------------
+
+    def _send(self, statement: str) -> None:
+        self.statements.append(statement)
+        self.trace.record(statement)
 
     def _maybe_fail(self, statement: str) -> None:
         if self.fail_on and statement.strip().startswith(self.fail_on[0]):

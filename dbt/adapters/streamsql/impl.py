@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 from dbt.adapters.base import BaseRelation, available
 from dbt.adapters.contracts.connection import AdapterResponse
@@ -108,6 +108,23 @@ def errors_as_dbt_errors() -> Iterator[None]:
         raise DbtRuntimeError(str(exc)) from exc
 
 
+def write_statements(write: Optional[Callable[[str], Any]], session: AdapterSqlSession,
+                     relation: BaseRelation, outcome: str) -> None:
+    """The statements a step sent, for `target/run/` (dbt's `write`); a failure to write them is
+    a warning: it must not hide what the step did or why it failed."""
+    if write is None:
+        return
+    header = [f"dbt-streamsql: incremental_view {relation}: {outcome}",
+              f"The {len(session.trace.entries)} statements this run sent to Spark, in order, "
+              "as dbt.log logs them,",
+              "each after a comment of its role. The model's SELECT is in target/compiled/."]
+    try:
+        write(session.trace.script(header))
+    except Exception as error:  # a file not written is not the step's failure
+        logger.warning(f"{relation}: could not write the step's statements to target/run/: "
+                       f"{error}")
+
+
 def step_response(result: StepResult) -> StepResponse:
     """The step's log line, logged, and its numbers as run_results.json's adapter response."""
     logger.info(result.log_line())
@@ -162,19 +179,30 @@ class StreamSQLAdapter(SparkAdapter):
     def streamsql_step(
         self, relation: BaseRelation, compiled_sql: str, config: Any, full_refresh: bool,
         side_table_macros: Optional[Mapping[str, Any]] = None,
+        write: Optional[Callable[[str], Any]] = None,
     ) -> StepResponse:
         """Run one step of the incremental view `relation` (called by the materialization).
 
         `side_table_macros`: the macros that make the side tables' statements
         (`streamsql_side_table_macros()`, side_tables.py); without them, the package's own.
+        `write`: dbt's `write` of the node: it gets the statements the step sent, each after a
+        comment of its role (trace.py), for `target/run/`, also when the step fails.
         """
         config = dict(config or {})
         for warning in configs.config_warnings(str(relation.identifier), config):
             logger.warning(warning)  # no config is ignored silently
-        with errors_as_dbt_errors():
-            model = model_settings(relation, config, bool(full_refresh))
-            result = run_step(AdapterSqlSession(self), model, compiled_sql, log=logger.info,
-                              side_sql=self._side_table_sql(side_table_macros))
+        session = AdapterSqlSession(self)
+        try:
+            with errors_as_dbt_errors():
+                model = model_settings(relation, config, bool(full_refresh))
+                result = run_step(session, model, compiled_sql, log=logger.info,
+                                  side_sql=self._side_table_sql(side_table_macros))
+        except Exception as error:
+            message = getattr(error, "msg", None) or str(error)  # dbt's errors: without a title
+            lines = str(message).strip().splitlines() or [type(error).__name__]
+            write_statements(write, session, relation, f"the step failed: {lines[0][:300]}")
+            raise
+        write_statements(write, session, relation, result.log_line())
         return step_response(result)
 
     @available

@@ -29,6 +29,7 @@ class Relation:
     label: str  # the view's name within the step (StepViews), e.g. "old_0"
     select: str
     how: str = INLINE
+    role: Optional[str] = None  # what it holds, for the statement log (trace.py)
 
 
 class Bindings:
@@ -37,10 +38,11 @@ class Bindings:
         self._defined: Dict[str, Relation] = {}
         self._bound: Dict[str, str] = {}  # placeholder -> the text that replaces it
 
-    def define(self, placeholder: str, label: str, select: str, how: str = INLINE) -> None:
+    def define(self, placeholder: str, label: str, select: str, how: str = INLINE,
+               role: Optional[str] = None) -> None:
         """What `placeholder` stands for; made readable on first use (`bind`)."""
         self._bound.pop(placeholder, None)
-        self._defined[placeholder] = Relation(label, select, how)
+        self._defined[placeholder] = Relation(label, select, how, role)
 
     def set(self, placeholder: str, text: str) -> None:
         """`placeholder` stands for `text` as it is (a view's name, a literal predicate)."""
@@ -57,13 +59,23 @@ class Bindings:
             if defined is None:
                 raise KeyError(f"the plan refers to {placeholder}, which this step did not bind")
             if defined.how == MATERIALIZED:
-                text = self.views.materialize(defined.label, defined.select)
+                text = self.views.materialize(defined.label, defined.select, defined.role)
             elif defined.how == VIEW:
-                text = self.views.view(defined.label, defined.select)
+                text = self.views.view(defined.label, defined.select, defined.role)
             else:
                 text = f"({defined.select})"
             self._bound[placeholder] = text
         return self._bound[placeholder]
+
+    def reads(self, text: str) -> str:
+        """What the inline relations `text` refers to read (their roles), for the role of the
+        statement they are written into: "" when none has a role."""
+        roles = []
+        for placeholder in dict.fromkeys(sql.placeholder_occurrences(text)):
+            defined = self._defined.get(placeholder)
+            if defined is not None and defined.how == INLINE and defined.role:
+                roles.append(defined.role)
+        return "; ".join(roles)
 
     def bind(self, text: str, local: Optional[Mapping[str, str]] = None) -> str:
         """`text` with every placeholder replaced, `local` ones (a state view, ...) first."""

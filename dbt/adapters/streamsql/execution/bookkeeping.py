@@ -80,9 +80,10 @@ def prepare_target(ctx: StepContext, plan: StepPlan, inputs: Sequence[InputState
     for name, aggregate in state_aggregates(plan):
         create_state_table(ctx, model.table(f"__streamsql_{name}"), aggregate, views)
         record.state_tables.append(name)
-    with_record(ctx, record, lambda: ctx.session.run(sql.create_table(
-        model.target, output_columns, model.tblproperties, model.partition_by,
-        model.cluster_by, model.location)), idempotent=False)
+    with ctx.role(f"create the model's table {model.target}, empty (step 0)"):
+        with_record(ctx, record, lambda: ctx.session.run(sql.create_table(
+            model.target, output_columns, model.tblproperties, model.partition_by,
+            model.cluster_by, model.location)), idempotent=False)
     return record
 
 
@@ -91,7 +92,8 @@ def read_last_record(ctx: StepContext) -> Optional[StepRecord]:
 
     Also notes the model table's current version in `ctx.target_version`.
     """
-    record, commits = newest_record(ctx, ctx.model.target_name)
+    with ctx.role("the model's last step record"):
+        record, commits = newest_record(ctx, ctx.model.target_name)
     ctx.target_version = commits[0].version if commits else None
     return record
 
@@ -126,22 +128,27 @@ def create_event_time_tables(ctx: StepContext, output_columns: Sequence[Column],
     tables = []
     if rules.lateness:
         tables += [
-            (side.LATE, "__late", late.late_table_columns(output_columns)),
-            (side.WATERLINE, "__waterline", list(late.WATERLINE_COLUMNS)),
+            (side.LATE, "__late", late.late_table_columns(output_columns), "LATENESS quarantine"),
+            (side.WATERLINE, "__waterline", list(late.WATERLINE_COLUMNS),
+             "LATENESS waterlines"),
         ]
     if rules.watermark:
         tables.append((side.PENDING, "__pending",
-                       list(output_columns) + list(wm.PENDING_COLUMNS)))
-    for kind, suffix, columns in tables:
-        ctx.session.run(ctx.side_sql.create_table(kind, model.schema, model.identifier + suffix,
-                                                  columns, replace))
+                       list(output_columns) + list(wm.PENDING_COLUMNS), "WATERMARK held changes"))
+    for kind, suffix, columns, what in tables:
+        statement = ctx.side_sql.create_table(kind, model.schema, model.identifier + suffix,
+                                              columns, replace)
+        how = "empty" if replace else "if missing"
+        with ctx.role(f"create the {what} {model.table(suffix)}, {how}"):
+            ctx.session.run(statement)
     pending = model.table_name("__pending")
     if rules.watermark and not replace and wm.HELD_ID not in {
             c.name for c in ctx.delta_log.snapshot(pending).columns}:
         ctx.log(f"{model.name}: giving the rows of {pending} ids (made by an earlier "
                 "dbt-streamsql)")
-        for statement in wm.ids_missing(model.pending_table):
-            ctx.session.run(statement)
+        with ctx.role(f"give the rows of {model.pending_table} ids"):
+            for statement in wm.ids_missing(model.pending_table):
+                ctx.session.run(statement)
 
 
 def create_state_table(ctx: StepContext, table: str, aggregate: AggregatePlan,
@@ -150,12 +157,15 @@ def create_state_table(ctx: StepContext, table: str, aggregate: AggregatePlan,
     declared = list(aggregate.state_columns)
     if not all(c.data_type for c in declared):  # types the planner could not infer
         unbounded = {bound.name: "true" for bound in aggregate.bounds}
-        described = {c.name: c.data_type for c in describe_query(ctx.session, sql.bind_placeholders(
-            aggregate.delta_sql, {**describe_views, **unbounded}))}
+        with ctx.role(f"the types of the state columns of {table}"):
+            described = {c.name: c.data_type for c in describe_query(
+                ctx.session, sql.bind_placeholders(aggregate.delta_sql,
+                                                   {**describe_views, **unbounded}))}
         declared = [Column(c.name, c.data_type or described[c.name]) for c in declared]
     # Internal: nobody reads its change feed, so its writes need not write one.
-    ctx.session.run(sql.create_table(table, declared + [Column(sql.STEP, "bigint")],
-                                     {"delta.enableChangeDataFeed": "false"}))
+    with ctx.role(f"create the state table {table}, empty"):
+        ctx.session.run(sql.create_table(table, declared + [Column(sql.STEP, "bigint")],
+                                         {"delta.enableChangeDataFeed": "false"}))
 
 
 def state_aggregates(plan: StepPlan) -> List[Tuple[str, AggregatePlan]]:
@@ -200,8 +210,9 @@ def compact_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord,
         keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
         statement = sql.compact_state(table, previous.step, keys, aggregate.state_columns,
                                       sql.time_first(keys))
-        with_settings(ctx, [("spark.sql.files.maxRecordsPerFile", "250000")],
-                      lambda: ctx.session.run(statement))
+        with ctx.role(f"compact the state table {table}: one row per live group"):
+            with_settings(ctx, [("spark.sql.files.maxRecordsPerFile", "250000")],
+                          lambda: ctx.session.run(statement))
         written = ctx.delta_log.recent_commits(table, 1)[0]
         record.state_log[name] = [int(written.metrics.get("numOutputRows", 0)), 0, 0]
 
@@ -210,7 +221,8 @@ def unfinished_side_writes(ctx: StepContext, last: StepRecord) -> List[str]:
     """The side tables `last` names (progress.StepRecord.side_writes) that lack its write."""
     missing = []
     for suffix in last.side_writes:
-        written, _ = newest_record(ctx, ctx.model.table_name(suffix))
+        with ctx.role(f"did step {last.step} write {ctx.model.table(suffix)}?"):
+            written, _ = newest_record(ctx, ctx.model.table_name(suffix))
         if written is None or written.incarnation != last.incarnation \
                 or written.step < last.step:
             missing.append(suffix)

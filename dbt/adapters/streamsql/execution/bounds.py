@@ -34,8 +34,11 @@ def bind_bounds(ctx: StepContext, bounds: Sequence[KeyBound], used_by: str) -> N
 def bound_predicates(ctx: StepContext, bounds: Sequence[KeyBound]) -> List[str]:
     """Each bound's predicate with its value computed now, as a literal (one query)."""
     values = ctx.bindings.bind(sql.bound_values(bounds))
-    types = [row["data_type"] for row in describe_rows(ctx.session, f"DESCRIBE QUERY {values}")]
-    texts = ctx.session.query(sql.bound_texts(values, types))[0]
+    with ctx.role("key bounds: the types of the change's MIN and MAX"):
+        types = [row["data_type"]
+                 for row in describe_rows(ctx.session, f"DESCRIBE QUERY {values}")]
+    with ctx.role("key bounds: the change's MIN and MAX, as literals"):
+        texts = ctx.session.query(sql.bound_texts(values, types))[0]
     return [sql.bound_predicate(bound, texts[f"v{i}"], types[i])
             for i, bound in enumerate(bounds)]
 

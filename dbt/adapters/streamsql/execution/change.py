@@ -80,17 +80,22 @@ def stage_change(ctx: StepContext, stage: StagePlan,
     # Temporary views, not inline: Spark's optimizer fails on some queries that read the union
     # of `state_after` written inline (an internal "key not found" when it rewrites the union's
     # constraints), and planning a view once costs less than planning it in every statement.
-    whole_state = ctx.views.view(f"{label}whole_state", state)
+    whole_state = ctx.views.view(f"{label}whole_state", state,
+                                 f"{stage.name}: its whole state before the step")
     state_after = ctx.views.view(f"{label}state_after", sql.state_after(
-        whole_state, groups.new, group_columns(aggregate)))
+        whole_state, groups.new, group_columns(aggregate)),
+        f"{stage.name}: its whole state after the step")
     columns = sql.column_list(stage.columns)
     for version, placeholder, state_view in (("old", old_input(position), whole_state),
                                              ("new", new_input(position), state_after)):
         output = sql.bind_placeholders(aggregate.output_sql, {GROUPS: state_view})
-        ctx.bindings.set(placeholder, ctx.views.view(f"{label}{version}",
-                                                     f"SELECT {columns} FROM ({output})"))
+        when = "before" if version == "old" else "after"
+        ctx.bindings.set(placeholder, ctx.views.view(
+            f"{label}{version}", f"SELECT {columns} FROM ({output})",
+            f"{stage.name}: its rows {when} the step, read like an input's"))
     ctx.bindings.set(delta_input(position), net)
-    removals = int(ctx.session.query(sql.count_changes(net))[0]["removals"])
+    with ctx.role(f"{stage.name}: count the removals in its change"):
+        removals = int(ctx.session.query(sql.count_changes(net))[0]["removals"])
     return removals, StateWrite(table, f"__streamsql_{stage.name}", aggregate, groups,
                                 fresh=previous.step == 0)
 
@@ -110,9 +115,16 @@ def linear_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
         change_sql, monotonic = plan.later_change_sql, plan.later_monotonic
     bind_bounds(ctx, plan.bounds, change_sql)
     change = inline(ctx.bindings.bind(change_sql))
+    reads = ctx.bindings.reads(change_sql)
     if monotonic and ctx.inserts_only:
-        return ModelChange(change, appends=True)
-    return ModelChange(ctx.views.materialize("net", sql.consolidate(change, plan.output_columns)))
+        return ModelChange(change, appends=True, reads=reads)
+    return ModelChange(ctx.views.materialize("net", sql.consolidate(change, plan.output_columns),
+                                             with_reads("net change of the model", reads)))
+
+
+def with_reads(role: str, reads: str) -> str:
+    """A statement's role, and what the inline relations written into it read."""
+    return f"{role}, from {reads}" if reads else role
 
 
 def recompute_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
@@ -120,9 +132,13 @@ def recompute_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
     version = ctx.target_version
     if version is None:
         version = ctx.latest_version(ctx.model.target_name)
-    ctx.bindings.define(TARGET, "target", sql.input_as_of(ctx.model.target, version))
+    ctx.bindings.define(TARGET, "target", sql.input_as_of(ctx.model.target, version),
+                        role=f"the model's table as of version {version}")
     change = inline(ctx.bindings.bind(plan.change_sql or ""))
-    return ModelChange(ctx.views.materialize("net", sql.consolidate(change, plan.output_columns)))
+    return ModelChange(ctx.views.materialize(
+        "net", sql.consolidate(change, plan.output_columns), with_reads(
+            "net change of the model: its query recomputed, minus its table",
+            ctx.bindings.reads(plan.change_sql or ""))))
 
 
 def aggregate_change(ctx: StepContext, plan: StepPlan, previous: StepRecord,

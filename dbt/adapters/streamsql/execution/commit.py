@@ -57,11 +57,14 @@ class ModelChange:
     """The model's change: weighted rows (plan.py) in `relation`, a view or an inline SELECT.
 
     `appends`: every row has weight +1 and the rows are not netted (the change of a monotonic
-    query over inserts only): it is appended as it is, and counted by its commit.
+    query over inserts only): it is appended as it is, and counted by its commit. `reads`: what
+    an inline `relation` reads, for the statement log ("the changes of demo.src versions
+    3..5").
     """
 
     relation: str
     appends: bool = False
+    reads: str = ""
 
 
 @dataclass
@@ -148,8 +151,10 @@ def commit_step(ctx: StepContext, change: ModelChange, columns: Sequence[Column]
         # of whole rows, the range of each column over the rows it deletes (a deleted row's
         # copies in the model lie within it).
         deleted = sql.range_aggregates(columns, "t", where=f"t.{WEIGHT} < 0", name="d")
-        key_range_list, counts = key_ranges(ctx, key_columns(columns, key), change.relation,
-                                            "t", {**sql.change_count_aggregates(), **deleted})
+        with ctx.role("count the model's change: its inserts, deletes and key ranges"):
+            key_range_list, counts = key_ranges(ctx, key_columns(columns, key),
+                                                change.relation, "t",
+                                                {**sql.change_count_aggregates(), **deleted})
         result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
         if int(counts["widest"]) > 1:  # several copies of one row: not one row per key
             key = None
@@ -185,21 +190,30 @@ def write_side_tables(ctx: StepContext, writes: StepWrites, previous: StepRecord
         ctx.checkpoint("before_quarantine")
         write = writes.quarantine
         if WATERLINE in wanted:
-            with_side_record(ctx, record, WATERLINE, statements.append_waterline_rows(
-                model.schema, model.identifier + WATERLINE, late.WATERLINE_COLUMNS,
-                late.waterline_rows(record.step, write.rules, record.waterline,
-                                    record.max_seen)))
+            rows = late.waterline_rows(record.step, write.rules, record.waterline,
+                                       record.max_seen)
+            with_side_record(ctx, record, WATERLINE,
+                             f"append the step's waterlines to {model.waterline_table}",
+                             statements.append_waterline_rows(
+                                 model.schema, model.identifier + WATERLINE,
+                                 late.WATERLINE_COLUMNS, rows))
         if LATE in wanted:
-            with_side_record(ctx, record, LATE, statements.append_late_rows(
-                model.schema, model.identifier + LATE, late.late_table_columns(write.columns),
-                late.quarantine_rows(write.classified, write.columns, record.step,
-                                     previous.waterline)))
+            rows = late.quarantine_rows(write.classified, write.columns, record.step,
+                                        previous.waterline)
+            with_side_record(ctx, record, LATE,
+                             f"append the step's late changes to {model.late_table}",
+                             statements.append_late_rows(
+                                 model.schema, model.identifier + LATE,
+                                 late.late_table_columns(write.columns), rows))
     if writes.held is not None and PENDING in wanted:
         ctx.checkpoint("before_hold")
-        with_side_record(ctx, record, PENDING, statements.merge_pending_rows(
-            model.schema, model.identifier + PENDING, writes.held.columns,
-            wm.pending_changes(writes.held.candidates, writes.held.columns, record.step),
-            record.step))
+        changes = wm.pending_changes(writes.held.candidates, writes.held.columns, record.step)
+        with_side_record(ctx, record, PENDING,
+                         f"MERGE into {model.pending_table}: the changes the step releases "
+                         "and those it holds",
+                         statements.merge_pending_rows(
+                             model.schema, model.identifier + PENDING, writes.held.columns,
+                             changes, record.step))
     for state in writes.state:
         if state.suffix in wanted:
             write_state(ctx, state, record)
@@ -220,15 +234,21 @@ def write_state(ctx: StepContext, write: StateWrite, record: StepRecord) -> None
                                  record.step, order if write.fresh else (),
                                  everything=not write.fresh)
     settings = [(MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS))] if write.fresh else []
-    with_settings(ctx, settings, lambda: with_side_record(ctx, record, write.suffix, statement))
+    role = f"append the changed groups' new state to {write.table}"
+    with ctx.role(role):
+        with_settings(ctx, settings, lambda: with_side_record(ctx, record, write.suffix, role,
+                                                              statement))
     ctx.checkpoint("after_state")
 
 
-def with_side_record(ctx: StepContext, record: StepRecord, suffix: str, statement: str) -> None:
+def with_side_record(ctx: StepContext, record: StepRecord, suffix: str, role: str,
+                     statement: str) -> None:
     """Run a side table's write of the step, idempotently: under the table's own id, so that
-    Delta skips it when this step's write to that table has landed before."""
-    with_record(ctx, record, lambda: ctx.session.run(statement), idempotent=True,
-                table=suffix)
+    Delta skips it when this step's write to that table has landed before. `role`: the write's,
+    in the statement log."""
+    with ctx.role(role):
+        with_record(ctx, record, lambda: ctx.session.run(statement), idempotent=True,
+                    table=suffix)
 
 
 def key_columns(columns: Sequence[Column], key: Optional[Sequence[str]]) -> List[Column]:
@@ -259,26 +279,41 @@ def commit_model(ctx: StepContext, change: ModelChange, columns: Sequence[Column
     no_copy = [(MATERIALIZE_SOURCE, "none")] if ctx.session.local_checkpoints() else []
     if change.appends:
         statement = sql.append_change(target, net, columns)
+        role = f"append the change to the model {target}"
     elif result.deleted and key is not None:
         statement = sql.merge_by_key(target, net, columns, key,
                                      list(target_bounds) + list(key_ranges))
         settings += no_copy
+        role = f"MERGE the change into the model {target}, by key"
     elif result.deleted:
         statement = sql.merge_change(target, net, columns,
                                      list(target_bounds) + list(key_ranges))
         settings += no_copy
+        role = f"MERGE the change into the model {target}"
     elif result.inserted and first and keys:
         # An aggregate's first rows, sorted by key like its state: later MERGEs by key skip
         # the files of keys they do not touch.
         statement = sql.insert_copies(target, net, columns, sql.time_first(keys))
         settings.append((MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS)))
+        role = f"insert the change into the model {target}, sorted by key"
     elif result.inserted:
         statement = sql.insert_copies(target, net, columns)
+        role = f"insert the change into the model {target}"
     else:
         statement = sql.mark_step(target, record.step)
-    with_record(ctx, record, lambda: with_settings(
-        ctx, settings, lambda: ctx.session.run(statement)), idempotent=True)
-    committed, commits = newest_record(ctx, ctx.model.target_name)
+        role = f"record step {record.step} on the model {target}, which no row changes"
+    role += f" (step {record.step})"
+    # the settings around the write under `role`; the write itself also says what it reads
+    write_role = f"{role}, from {change.reads}" if change.reads else role
+
+    def write() -> None:
+        with ctx.role(write_role):
+            ctx.session.run(statement)
+
+    with ctx.role(role):
+        with_record(ctx, record, lambda: with_settings(ctx, settings, write), idempotent=True)
+    with ctx.role("is the model's new commit this run's?"):
+        committed, commits = newest_record(ctx, ctx.model.target_name)
     if committed is None or (committed.step, committed.run_id) != (record.step, ctx.run_id):
         raise StepError(
             f"Model {ctx.model.name}: another run completed step {record.step} at the same "

@@ -12,7 +12,7 @@ import hashlib
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
 
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.bindings import Bindings
@@ -168,6 +168,11 @@ class StepContext:
         token = "".join(ch if ch.isalnum() else "_" for ch in self.model.target_name)
         digest = hashlib.sha1(self.model.target_name.encode()).hexdigest()[:8]
         return f"_streamsql_{token}_{digest}"
+
+    def role(self, text: str) -> ContextManager[None]:
+        """The role of the statements sent inside, in the statement log (trace.py): what
+        `target/run/` shows before each."""
+        return self.session.trace.role(text)
 
     def checkpoint(self, point: str) -> None:
         """Test-only fault injection: fail here if STREAMSQL_TEST_FAIL_AT names this point."""

@@ -45,7 +45,9 @@ def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> Even
         raise StepError(str(exc)) from exc
     for hold_rule in held:
         try:
-            ctx.session.query(wm.addition_check(hold_rule))
+            with ctx.role(f"check watermark[{hold_rule.column.name}]: can the column and "
+                          "its delay be added?"):
+                ctx.session.query(wm.addition_check(hold_rule))
         except Exception as exc:
             raise StepError(
                 f"Model {model.name}: config watermark[{hold_rule.column.name}] = "
@@ -56,7 +58,9 @@ def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> Even
             ) from exc
     for rule in rules:
         try:
-            described = ctx.session.query(late.subtraction_check(rule))
+            with ctx.role(f"check lateness[{rule.column.name}]: the type of the column minus "
+                          "its lateness"):
+                described = ctx.session.query(late.subtraction_check(rule))
             problem = late.subtraction_error(rule, described[0]["data_type"])
         except Exception as exc:
             problem = str(exc).splitlines()[0][:300]
@@ -92,32 +96,39 @@ def apply_watermark(ctx: StepContext, net: str, columns: Sequence[Column],
     and held changes goes into `writes`, if there is anything to write.
     """
     session, pending, step = ctx.session, ctx.model.pending_table, record.step
-    row = session.query(wm.seen_query(net, rules, previous.watermark_seen))[0]
+    with ctx.role("WATERMARK: the largest value seen of each watermark column"):
+        row = session.query(wm.seen_query(net, rules, previous.watermark_seen))[0]
     for i, rule in enumerate(rules):
         record.watermark_seen[rule.column.name] = row[f"s_{i}"]
     condition = wm.release_condition(rules, record.watermark_seen, release_all)
     candidates = ctx.views.materialize("candidates", wm.candidates(
-        net, inline(f"SELECT * FROM {pending}"), columns, step, condition))
-    counts = session.query(wm.pending_counts(candidates, step))[0]
+        net, inline(f"SELECT * FROM {pending}"), columns, step, condition),
+        f"WATERMARK: this step's changes and those {pending} holds, each released or not")
+    with ctx.role(f"WATERMARK: count what stays held, and what the step writes to {pending}"):
+        counts = session.query(wm.pending_counts(candidates, step))[0]
     result.held = int(counts["held"])
     if int(counts["writes"]):
         writes.held = HeldWrite(candidates, columns)
     return ctx.views.materialize("released", sql.consolidate(
-        f"({wm.released(candidates, columns)})", columns))
+        f"({wm.released(candidates, columns)})", columns),
+        "WATERMARK: the changes released, netted")
 
 
 def apply_lateness(ctx: StepContext, net: str, columns: Sequence[Column],
                    rules: Sequence[late.LatenessRule], previous: StepRecord, record: StepRecord,
                    result: StepResult, writes: StepWrites) -> str:
     """Set late changes aside, move the waterline, and return the changes to apply."""
-    classified = ctx.views.materialize("classified", late.classify(net, columns, rules,
-                                                                   previous.waterline))
-    row = ctx.session.query(late.waterline_query(classified, rules, previous.waterline,
-                                                 previous.max_seen))[0]
+    classified = ctx.views.materialize(
+        "classified", late.classify(net, columns, rules, previous.waterline),
+        "LATENESS: the change, each row on time, late, null or future")
+    with ctx.role("LATENESS: the new waterlines, and how many changes are late"):
+        row = ctx.session.query(late.waterline_query(classified, rules, previous.waterline,
+                                                     previous.max_seen))[0]
     result.late = int(row["late"])
     for i, rule in enumerate(rules):
         record.waterline[rule.column.name] = row[f"w_{i}"]
         record.max_seen[rule.column.name] = row[f"m_{i}"]
     writes.quarantine = QuarantineWrite(classified, columns, rules)
     # A plain view over the materialized `classified`: counted and applied, never recomputed.
-    return ctx.views.view("on_time", late.on_time(classified, columns))
+    return ctx.views.view("on_time", late.on_time(classified, columns),
+                          "LATENESS: the changes on time")

@@ -147,7 +147,9 @@ def read_changes(ctx: StepContext, read: Sequence[InputState],
         if before == item.version:
             change.rows, change.removals, change.size_bytes = 0, 0, 0
         elif before is not None:
-            commits = ctx.delta_log.commits(item.table.name, before + 1, item.version)
+            with ctx.role(f"the commits of {item.table.name} since version {before}: how "
+                          "many rows changed"):
+                commits = ctx.delta_log.commits(item.table.name, before + 1, item.version)
             change.commits = commits
             counts = [commit.change_rows for commit in commits]
             if len(counts) == item.version - before and None not in counts:
@@ -172,26 +174,35 @@ def bind_inputs(ctx: StepContext, changes: Sequence[InputChange], result: StepRe
     removals = 0
     for i, change in enumerate(changes):
         item, before = change.input, change.before
-        relation, cols, now = item.relation, item.table.columns, item.version
-        bindings.define(new_input(i), f"new_{i}", sql.input_as_of(relation, now))
+        relation, cols, now, name = item.relation, item.table.columns, item.version, item.table.name
+        bindings.define(new_input(i), f"new_{i}", sql.input_as_of(relation, now),
+                        role=f"{name} as of version {now}")
         if before is None:  # the whole input is the change
-            bindings.define(old_input(i), f"old_{i}", sql.empty_input(relation, now))
+            bindings.define(old_input(i), f"old_{i}", sql.empty_input(relation, now),
+                            role=f"{name} before the first step: nothing")
             bindings.define(delta_input(i), f"delta_{i}",
-                            sql.input_snapshot_as_change(relation, cols, now))
-            result.changes_read += int(session.query(
-                sql.count_rows(f"{relation} VERSION AS OF {now}"))[0]["n"])
+                            sql.input_snapshot_as_change(relation, cols, now),
+                            role=f"all of {name} as of version {now} (a first step's change)")
+            with ctx.role(f"count the rows of {name} version {now} (a first step reads them all)"):
+                result.changes_read += int(session.query(
+                    sql.count_rows(f"{relation} VERSION AS OF {now}"))[0]["n"])
             continue
         # An older version: a view, so that Delta rebuilds its file list once at most.
-        bindings.define(old_input(i), f"old_{i}", sql.input_as_of(relation, before), VIEW)
+        bindings.define(old_input(i), f"old_{i}", sql.input_as_of(relation, before), VIEW,
+                        role=f"{name} as of version {before}, before the step")
         if before == now:
             change_sql = sql.input_snapshot_as_change(relation, cols, now) + " WHERE false"
+            read = f"{name}: no change since version {now}"
         else:
             change_sql = sql.input_changes(item.table.name, cols, before, now)
+            read = f"the changes of {name} versions {before + 1}..{now}"
         counted = change.rows is not None and change.removals is not None
         how = INLINE if counted and reads.get(delta_input(i), 0) <= 1 else MATERIALIZED
-        bindings.define(delta_input(i), f"delta_{i}", change_sql, how)
+        bindings.define(delta_input(i), f"delta_{i}", change_sql, how, role=read)
         if not counted:
-            counts = session.query(sql.count_changes(bindings.relation(delta_input(i))))[0]
+            changed = bindings.relation(delta_input(i))
+            with ctx.role(f"count the changes of {name} versions {before + 1}..{now}"):
+                counts = session.query(sql.count_changes(changed))[0]
             change.rows, change.removals = int(counts["n"]), int(counts["removals"])
         result.changes_read += change.rows or 0
         removals += change.removals or 0

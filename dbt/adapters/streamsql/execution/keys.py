@@ -69,9 +69,10 @@ def check_unique(ctx: StepContext, change: ModelChange, columns: Sequence[Column
         f"FROM {ctx.model.target} t LEFT SEMI JOIN {touched} c "
         f"ON {sql.null_safe_match(keys, 't', 'c')} "
         f"UNION ALL SELECT {cols}, {WEIGHT} AS n FROM {change.relation}")
-    rows = ctx.session.query(
-        f"SELECT {cols}, SUM(n) AS n FROM ({counted}) GROUP BY {cols} HAVING SUM(n) > 1 "
-        "LIMIT 1")
+    with ctx.role("unique_key: would a key have two rows after the step?"):
+        rows = ctx.session.query(
+            f"SELECT {cols}, SUM(n) AS n FROM ({counted}) GROUP BY {cols} HAVING SUM(n) > 1 "
+            "LIMIT 1")
     if rows:
         row = rows[0]
         value = ", ".join(f"{c.name} = {row[c.name]!r}" for c in keys)

@@ -426,7 +426,7 @@ def finish(ctx: StepContext, adjusted: Adjusted, model_change: ModelChange, writ
     if model_change.appends:
         return ModelChange(inline(projected), appends=True)
     return ModelChange(ctx.views.materialize("projected", sql.consolidate(
-        inline(projected), adjusted.columns)))
+        inline(projected), adjusted.columns), "net change of the model, on the model's columns"))
 
 
 def table_after(ctx: StepContext, written: Sequence[Column]) -> List[Column]:
@@ -531,8 +531,10 @@ def rebuilt_groups(ctx: StepContext, label: str, table: str, aggregate: Aggregat
     every = ctx.views.materialize(
         f"{label}rebuilt",
         f"SELECT {cols} FROM {fresh.new} UNION ALL SELECT {gone} FROM ({before}) o "
-        f"LEFT ANTI JOIN {fresh.new} n ON {sql.null_safe_match(keys, 'o', 'n')}")
-    count = int(ctx.session.query(sql.count_rows(every))[0]["n"])
+        f"LEFT ANTI JOIN {fresh.new} n ON {sql.null_safe_match(keys, 'o', 'n')}",
+        f"the state of {table} rebuilt from the inputs (gone groups with count 0)")
+    with ctx.role(f"count the rebuilt groups of {table}"):
+        count = int(ctx.session.query(sql.count_rows(every))[0]["n"])
     return ChangedGroups(inline(nothing), every, inline(nothing), count)
 
 

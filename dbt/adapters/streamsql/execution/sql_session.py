@@ -15,10 +15,15 @@ from dbt_common.events.functions import fire_event
 
 from dbt.adapters.streamsql.execution.delta_log import DeltaLogReader, JvmDeltaLog, SqlDeltaLog
 from dbt.adapters.streamsql.execution.statements import cached_view
+from dbt.adapters.streamsql.execution.trace import StatementTrace
 
 
 class SqlSession(Protocol):
-    """Where a step's statements run. Tests use a fake (tests/unit/fake_sql_session.py)."""
+    """Where a step's statements run. Tests use a fake (tests/unit/fake_sql_session.py).
+
+    `trace` records every statement sent, with its role (trace.py)."""
+
+    trace: StatementTrace
 
     def query(self, statement: str) -> List[Dict[str, Any]]: ...
 
@@ -39,19 +44,23 @@ class AdapterSqlSession:
     """Runs statements through dbt's connection (logged like every dbt query), raw rows back.
 
     Rows bypass agate on purpose: agate would turn strings that look like dates into dates.
+    Every statement is recorded in `trace` as dbt logs it (an `SQLQuery` event in dbt.log).
     """
 
     def __init__(self, adapter: Any) -> None:
         self.adapter = adapter
+        self.trace = StatementTrace()
         self._checkpoints: Dict[str, Any] = {}  # view name -> its checkpointed DataFrame
 
     def query(self, statement: str) -> List[Dict[str, Any]]:
+        self.trace.record(statement)
         _, cursor = self.adapter.connections.add_query(statement, auto_begin=False)
         rows = cursor.fetchall() or []
         names = [column[0] for column in cursor.description]
         return [dict(zip(names, row)) for row in rows]
 
     def run(self, statement: str) -> None:
+        self.trace.record(statement)
         self.adapter.connections.add_query(statement, auto_begin=False)
 
     def materialize(self, name: str, select: str) -> None:
@@ -71,6 +80,7 @@ class AdapterSqlSession:
             return
         connections = self.adapter.connections
         logged = f"CHECKPOINT {name} AS {select}"
+        self.trace.record(logged)
         with connections.exception_handler(logged):
             fire_event(SQLQuery(conn_name=connections.get_thread_connection().name, sql=logged,
                                 node_info=get_node_info()))

@@ -71,13 +71,18 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
             aggregate.recompute_check_sql and ctx.inserts_only):
         delta_sql = aggregate.later_delta_sql
     bind_bounds(ctx, aggregate.bounds, delta_sql)
-    group_delta = ctx.views.materialize(f"{label}group_delta", ctx.bindings.bind(delta_sql))
+    who = aggregate_name(label)
+    reads = ctx.bindings.reads(delta_sql)
+    group_delta = ctx.views.materialize(
+        f"{label}group_delta", ctx.bindings.bind(delta_sql),
+        f"{who}: the change of each group" + (f", from {reads}" if reads else ""))
     final = late.final_group_columns(lateness, waterline or {}, aggregate.group_outputs)
     touched = {f"final{i}": f"collect_set(CAST({expression} AS STRING)) FILTER (WHERE NOT "
                             f"{late.open_groups(rule, expression, value)})"
                for i, (rule, expression, value) in enumerate(final)}
-    ranges, found = key_ranges(ctx, group_columns(aggregate), group_delta, GROUP_ALIAS,
-                               {"groups": "COUNT(*)", **touched})
+    with ctx.role(f"{who}: count the changed groups, and their key ranges"):
+        ranges, found = key_ranges(ctx, group_columns(aggregate), group_delta, GROUP_ALIAS,
+                                   {"groups": "COUNT(*)", **touched})
     bounds = final_group_bounds(final, [as_list(found[name]) for name in touched]) + ranges
     if bounds:
         state = f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE {' AND '.join(bounds)}"
@@ -86,10 +91,13 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
     combine = aggregate.combine_sql
     if aggregate.recompute_check_sql and aggregate.combine_without_recompute_sql:
         check = ctx.bindings.bind(aggregate.recompute_check_sql, local)
-        if int(ctx.session.query(check)[0]["n"]) == 0:
+        with ctx.role(f"{who}: may a deletion have removed a group's MIN or MAX?"):
+            recompute = int(ctx.session.query(check)[0]["n"])
+        if recompute == 0:
             # No deleted value can have been a MIN/MAX: skip re-reading the inputs' history.
             combine = aggregate.combine_without_recompute_sql
-    new = ctx.views.materialize(f"{label}groups_new", ctx.bindings.bind(combine, local))
+    new = ctx.views.materialize(f"{label}groups_new", ctx.bindings.bind(combine, local),
+                                f"{who}: the new state of the changed groups")
     # Read once, by the output change: planned together with it.
     old = inline(sql.previous_groups(state, group_delta, group_columns(aggregate)))
     return ChangedGroups(state, new, old, int(found["groups"]))
@@ -107,7 +115,15 @@ def output_change(ctx: StepContext, label: str, aggregate: AggregatePlan, groups
     if nothing_before:
         output_old = f"SELECT * FROM ({output_old}) WHERE false"
     change = inline(sql.output_change(output_new, output_old, columns))
-    return ctx.views.materialize(f"{label}net", sql.consolidate(change, columns))
+    whose = "the model" if not label else aggregate_name(label)
+    return ctx.views.materialize(f"{label}net", sql.consolidate(change, columns),
+                                 f"net change of {whose}")
+
+
+def aggregate_name(label: str) -> str:
+    """The aggregate a view label belongs to, for the statement log: "stage0", "the aggregate"
+    (the model's own), a rebuild's "re_stage0"."""
+    return label.rstrip("_") or "the aggregate"
 
 
 def final_group_bounds(final: Sequence[Tuple[late.LatenessRule, str, str]],

@@ -121,7 +121,8 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
                           waterline=dict(last.waterline), skipped=True)
 
     # 2. the plan
-    output_columns = inputs.describe_query(ctx.session, compiled_sql)
+    with ctx.role("the columns of the model's query"):
+        output_columns = inputs.describe_query(ctx.session, compiled_sql)
     plan = strategy.planned(ctx, plan_step(compiled_sql, [i.table for i in read], output_columns,
                                            inputs.describer(ctx.session, read)),
                             compiled_sql, read, output_columns)
@@ -210,7 +211,8 @@ def finish_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
         else:
             read = [inputs.pinned(item, last.input_versions)
                     for item in inputs.describe_inputs(ctx, compiled_sql)]
-            output_columns = inputs.describe_query(ctx.session, compiled_sql)
+            with ctx.role("the columns of the model's query"):
+                output_columns = inputs.describe_query(ctx.session, compiled_sql)
             plan = strategy.planned(ctx, plan_step(
                 compiled_sql, [i.table for i in read], output_columns,
                 inputs.describer(ctx.session, read)), compiled_sql, read, output_columns)

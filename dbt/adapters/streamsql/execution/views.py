@@ -12,7 +12,7 @@ plain views keep their names from step to step and are replaced, not dropped.
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
@@ -29,16 +29,19 @@ class StepViews:
         self.prefix = prefix
         self._materialized: List[str] = []
 
-    def view(self, label: str, select: str) -> str:
-        """A plain view: read once, planned with what reads it."""
+    def view(self, label: str, select: str, role: Optional[str] = None) -> str:
+        """A plain view: read once, planned with what reads it. `role`: what it holds, for the
+        statement log (trace.py)."""
         name = f"{self.prefix}_{label}"
-        self.session.run(sql.temp_view(name, select))
+        with self.session.trace.role(role or f"the view {label}"):
+            self.session.run(sql.temp_view(name, select))
         return name
 
-    def materialize(self, label: str, select: str) -> str:
+    def materialize(self, label: str, select: str, role: Optional[str] = None) -> str:
         """A view computed once, now: read several times, or across the step's writes."""
         name = f"{self.prefix}_{label}"
-        self.session.materialize(name, select)
+        with self.session.trace.role(role or f"{label}, computed now"):
+            self.session.materialize(name, select)
         self._materialized.append(name)
         return name
 

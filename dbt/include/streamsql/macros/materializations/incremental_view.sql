@@ -1,15 +1,17 @@
 {#
   incremental_view: every `dbt run` is one step. The adapter (StreamSQLAdapter.streamsql_step)
   reads the inputs' changes, plans and applies the model's change; this macro only glues dbt's
-  hooks and results around it, and hands over the macros that make the side tables' statements
-  (macros/side_tables/), which render in this model's context.
+  hooks and results around it, hands over the macros that make the side tables' statements
+  (macros/side_tables/), which render in this model's context, and dbt's `write`.
 #}
 {% materialization incremental_view, adapter='streamsql' %}
   {%- set target_relation = this.incorporate(type='table') -%}
 
   {{ run_hooks(pre_hooks) }}
+  {#- `write`: the statements the step sent, with their roles, go to target/run/ as for every
+      materialization (dbt compile still shows the SELECT, in target/compiled/) -#}
   {%- set response = adapter.streamsql_step(target_relation, sql, model.config, should_full_refresh(),
-                                            streamsql_side_table_macros()) -%}
+                                            streamsql_side_table_macros(), write) -%}
   {% do store_result('main', response=response) %}
   {{ run_hooks(post_hooks) }}
 

@@ -1,0 +1,203 @@
+"""The statement log of a step (execution/trace.py): every statement sent, in order, with its role,
+and the target/run/ file made of it; without Spark."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, List
+
+import pytest
+
+from dbt.adapters.streamsql import impl
+from dbt.adapters.streamsql.execution.context import StepError
+from dbt.adapters.streamsql.execution.sql_session import AdapterSqlSession
+from dbt.adapters.streamsql.execution.trace import StatementTrace, read_script
+from tests.unit.test_step import (
+    AGGREGATE,
+    EVENTS,
+    LATE_WINDOW,
+    LINEAR,
+    flush_step,
+    model,
+    new_session,
+    run_step,
+)
+
+
+def traced_steps(kind: str):
+    """Two steps (and a flush, with WATERMARK) of one model; the session that ran them."""
+    if kind == "linear":
+        session, settings, query, source = new_session(), model("m"), LINEAR, "demo.src"
+    elif kind == "aggregate":
+        session, settings, query, source = new_session(), model("agg"), AGGREGATE, "demo.src"
+    else:
+        session = new_session(("demo.events", EVENTS))
+        session.column_types["ws"] = "timestamp"
+        settings = model("lw", lateness={"ws": "INTERVAL 1 HOUR"},
+                         watermark={"ws": "INTERVAL 1 HOUR"})
+        query, source = LATE_WINDOW, "demo.events"
+    run_step(session, settings, query)
+    session.append_to(source)
+    session.answers.late, session.answers.deletes, session.answers.held = 1, 1, 1
+    run_step(session, settings, query)
+    if kind == "event_time":
+        flush_step(session, settings)
+    return session
+
+
+@pytest.mark.parametrize("kind", ["linear", "aggregate", "event_time"])
+def test_every_statement_is_traced_in_the_order_sent_with_a_one_line_role(kind):
+    session = traced_steps(kind)
+    assert [statement for _, statement in session.trace.entries] == session.statements
+    for role, statement in session.trace.entries:
+        assert role and "\n" not in role, statement
+
+
+def test_the_roles_say_what_each_write_and_read_of_a_step_is():
+    session = traced_steps("event_time")
+    roles = [role for role, _ in session.trace.entries]
+    for expected in [
+        "create the LATENESS quarantine `demo`.`lw__late`, empty",
+        "create the WATERMARK held changes `demo`.`lw__pending`, empty",
+        "the columns of the model's query",
+        "the aggregate: the change of each group, from the changes of demo.events "
+        "versions 1..1",
+        "net change of the model",
+        "LATENESS: the change, each row on time, late, null or future",
+        "MERGE the change into the model `demo`.`lw`, by key (step 2)",
+        "is the model's new commit this run's?: the last commit of `demo`.`lw`",
+        "append the step's waterlines to `demo`.`lw__waterline`",
+        "append the step's late changes to `demo`.`lw__late`",
+        "MERGE into `demo`.`lw__pending`: the changes the step releases and those it holds",
+        "append the changed groups' new state to `demo`.`lw__streamsql_state`",
+    ]:
+        assert expected in roles, expected
+    # what serves a write is named after it: the step record and Delta's idempotent-write id
+    record = next(i for i, (_, s) in enumerate(session.trace.entries)
+                  if s.startswith("INSERT INTO `demo`.`lw__late`"))
+    assert [role for role, _ in session.trace.entries[record - 3:record]] == [
+        "append the step's late changes to `demo`.`lw__late`: " + what for what in (
+            "the step record, for the next commit",
+            "Delta's idempotent-write id, for the next commit",
+            "Delta's idempotent-write version (the step), for the next commit")]
+
+
+def test_an_appended_change_names_the_inputs_its_insert_reads():
+    session = traced_steps("linear")
+    (insert,) = [role for role, s in session.trace.entries if s.startswith("INSERT INTO `demo`.`m`")
+                 and "table_changes" in s]
+    assert insert == ("append the change to the model `demo`.`m` (step 2), from the changes of "
+                      "demo.src versions 1..1")
+
+
+@pytest.mark.parametrize("statement, role", [
+    ("DESCRIBE HISTORY `demo`.`src` LIMIT 1", "the last commit of `demo`.`src`"),
+    ("DESCRIBE HISTORY `demo`.`src` LIMIT 50", "the last 50 commits of `demo`.`src`"),
+    ("SHOW TABLES IN `demo` LIKE 'm'", "whether `demo` has a table m"),
+    ("SET spark.sql.files.maxRecordsPerFile=250000",
+     "the setting spark.sql.files.maxRecordsPerFile"),
+    ("RESET spark.sql.files.maxRecordsPerFile",
+     "the setting spark.sql.files.maxRecordsPerFile unset"),
+    ("CHECKPOINT _v_net AS SELECT 1", "_v_net, computed now"),
+    ("CACHE TABLE _v_net AS SELECT 1", "_v_net, computed now"),
+    ("MERGE INTO `demo`.`m` AS t USING x", "MERGE into `demo`.`m`"),
+    ("SELECT 1", "a query"),
+])
+def test_a_statement_without_a_role_is_named_by_its_text(statement, role):
+    trace = StatementTrace()
+    trace.record(statement)
+    assert trace.entries == [(role, statement)]
+
+
+def test_the_innermost_role_counts_and_serving_statements_get_both():
+    trace = StatementTrace()
+    with trace.role("outer"):
+        trace.record("SELECT 1")
+        with trace.role("inner"):
+            trace.record("SET a=b")
+            trace.record("INSERT INTO t SELECT 1")
+        with trace.role(None):
+            trace.record("SELECT 2")
+    trace.record("SELECT 3")
+    assert [role for role, _ in trace.entries] == [
+        "outer", "inner: the setting a", "inner", "outer", "a query"]
+
+
+def test_a_script_reads_back_as_the_statements_it_holds():
+    trace = StatementTrace()
+    statements = ["SELECT 1", "SELECT a,\n  b -- a comment\nFROM t WHERE x = ';'",
+                  "-- 2. looks like a role line\nSELECT 2", "INSERT INTO t VALUES (1);"]
+    with trace.role("a role\nover two lines"):
+        for statement in statements:
+            trace.record(statement)
+    text = trace.script(["first line", "second line"])
+    assert text.startswith("-- first line\n-- second line\n\n-- 1. a role over two lines\n")
+    assert read_script(text) == [("a role over two lines", s) for s in statements]
+
+
+class Relation:
+    identifier, schema = "m", "demo"
+
+    def __str__(self) -> str:
+        return "demo.m"
+
+
+class RecordingConnections:
+    """dbt's connection manager as AdapterSqlSession uses it over Thrift (no embedded Spark)."""
+
+    def __init__(self, fail_on: str = "") -> None:
+        self.sent: List[str] = []
+        self.fail_on = fail_on
+
+    def add_query(self, statement: str, auto_begin: bool = True) -> Any:
+        self.sent.append(statement)
+        if self.fail_on and statement.startswith(self.fail_on):
+            raise RuntimeError("boom")
+        return None, SimpleNamespace(fetchall=lambda: [(1,)], description=[("n",)])
+
+    def get_thread_connection(self) -> Any:
+        return SimpleNamespace(handle=SimpleNamespace(), name="model.test.m")
+
+
+def test_the_adapters_session_records_what_it_sends_as_it_sends_it():
+    connections = RecordingConnections(fail_on="MERGE")
+    session = AdapterSqlSession(SimpleNamespace(connections=connections))
+    with session.trace.role("count"):
+        assert session.query("SELECT COUNT(*) AS n FROM t") == [{"n": 1}]
+    session.materialize("_v_net", "SELECT 1")
+    session.release("_v_net")
+    with pytest.raises(RuntimeError):
+        session.run("MERGE INTO t USING s")
+    assert [statement for _, statement in session.trace.entries] == connections.sent
+    assert [role for role, _ in session.trace.entries] == [
+        "count",
+        "free the view _v_net",  # one a failed step left behind
+        "_v_net, computed now",  # CACHE TABLE
+        "free the view _v_net",
+        "MERGE into t"]
+
+
+def test_a_failed_step_still_writes_the_statements_it_sent(monkeypatch):
+    def failing_step(session, settings, compiled_sql, log, side_sql):
+        session.run("INSERT INTO `demo`.`m` SELECT 1")
+        raise StepError("Model m: something failed\nmore detail")
+
+    monkeypatch.setattr(impl, "run_step", failing_step)
+    adapter = SimpleNamespace(connections=RecordingConnections(),
+                              _side_table_sql=lambda macros: None)
+    relation = Relation()
+    written: List[str] = []
+    with pytest.raises(Exception, match="something failed"):
+        impl.StreamSQLAdapter.streamsql_step(adapter, relation, "select 1", {}, False,
+                                             None, written.append)
+    (text,) = written
+    assert text.splitlines()[0].endswith(": the step failed: Model m: something failed")
+    assert read_script(text) == [("insert into `demo`.`m`", "INSERT INTO `demo`.`m` SELECT 1")]
+
+
+def test_a_file_that_cannot_be_written_is_a_warning_not_a_failure():
+    def cannot_write(text: str) -> None:
+        raise OSError("disk full")
+
+    session = SimpleNamespace(trace=StatementTrace())
+    impl.write_statements(cannot_write, session, "demo.m", "m: step 1: ...")  # no exception
