@@ -42,6 +42,7 @@ class StreamSQLConfig(SparkConfig):
     watermark: Optional[Dict[str, str]] = None
     max_future: Optional[Dict[str, str]] = None
     append_only: Optional[bool] = None
+    emit_final: Optional[bool] = None
     unique_key: Optional[Union[List[str], str]] = None
     liquid_clustered_by: Optional[Union[List[str], str]] = None
     tblproperties: Optional[Dict[str, str]] = None
@@ -94,6 +95,7 @@ def model_settings(relation: BaseRelation, config: Dict[str, Any],
         lateness=config.get("lateness") or {},
         max_future=config.get("max_future") or {},
         watermark=config.get("watermark") or {},
+        emit_final=bool(config.get("emit_final")),
         on_schema_change=on_schema_change,
         unique_key=unique_key,
     )

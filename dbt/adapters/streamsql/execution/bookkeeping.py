@@ -75,7 +75,8 @@ def prepare_target(ctx: StepContext, plan: StepPlan, inputs: Sequence[InputState
     # Step 0: empty tables; the first step then reads every input in full.
     create_event_time_tables(ctx, output_columns, rules, replace=True)
     record = StepRecord(step=0, run_id=ctx.run_id, sql_fingerprint=fingerprint,
-                        incarnation=ctx.run_id, state_layout=STATE_LAYOUT)
+                        incarnation=ctx.run_id, state_layout=STATE_LAYOUT,
+                        emit_final=bool(model.emit_final))
     views = describe_views(inputs, plan.stages)
     for name, aggregate in state_aggregates(plan):
         create_state_table(ctx, model.table(f"__streamsql_{name}"), aggregate, views)

@@ -9,6 +9,7 @@ writes: a plan with state returns its state write (`commit.StateWrite`) for comm
 - `linear_change`: projection, filter, UNION ALL, joins, over input (and stage) changes.
 - `aggregate_change`: GROUP BY and its kin, through the model's state table.
 - `recompute_change`: the query over the new inputs, diffed with the model's table.
+- `final_groups_change`: emit_final, after LATENESS: the groups that became final, as inserts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections import Counter
 from functools import reduce
 from typing import Sequence, Tuple
 
+from dbt.adapters.streamsql.execution import emit_final as emit
 from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.bounds import bind_bounds
@@ -31,8 +33,12 @@ from dbt.adapters.streamsql.execution.state import (
 )
 from dbt.adapters.streamsql.execution.views import inline
 from dbt.adapters.streamsql.planning.plan import (
+    GROUP_ALIAS,
     GROUPS,
     TARGET,
+    WEIGHT,
+    AggregatePlan,
+    Column,
     StagePlan,
     StepPlan,
     delta_input,
@@ -154,3 +160,24 @@ def aggregate_change(ctx: StepContext, plan: StepPlan, previous: StepRecord,
                         nothing_before=previous.step == 0)
     return (ModelChange(net), StateWrite(ctx.model.state_table, "__streamsql_state", aggregate,
                                          groups, fresh=previous.step == 0))
+
+
+def final_groups_change(ctx: StepContext, aggregate: AggregatePlan, state: StateWrite,
+                        final: Sequence[emit.FinalColumn], previous: StepRecord,
+                        record: StepRecord, columns: Sequence[Column]) -> ModelChange:
+    """emit_final: the groups this step makes final, inserted with their values after the
+    step (emit_final.py); the change computed before only decided lateness and waterlines."""
+    condition = emit.newly_final(final, record.waterline, previous.waterline)
+    if condition is None:  # no waterline yet: nothing is final
+        return ModelChange(inline(sql.typed_nothing(list(columns) + [Column(WEIGHT, "bigint")])))
+    groups = group_columns(aggregate)
+    before = state_before(ctx.model.state_table, previous.step, aggregate)
+    # Views, as stage_change has them: Spark's optimizer fails on some queries reading the
+    # union of a state written inline.
+    chosen = ctx.views.view("final_before", f"SELECT * FROM ({before}) AS {GROUP_ALIAS} "
+                                            f"WHERE {condition}")
+    new = ctx.views.view("final_new", f"SELECT * FROM {state.groups.new} AS {GROUP_ALIAS} "
+                                      f"WHERE {condition}")
+    after = ctx.views.view("final_after", sql.state_after(chosen, new, groups))
+    rows = emit.rows_of_groups(aggregate, after, columns)
+    return ModelChange(ctx.views.materialize("final", sql.consolidate(inline(rows), columns)))

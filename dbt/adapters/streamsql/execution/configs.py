@@ -24,10 +24,10 @@ DEFAULT_ON_SCHEMA_CHANGE = "ignore"
 
 # What incremental_view does with a config, for the ones a step obeys.
 OBEYED = {
-    "materialized", "lateness", "max_future", "watermark", "append_only", "on_schema_change",
-    "unique_key", "strategy", "partition_by", "liquid_clustered_by", "tblproperties",
-    "location_root", "file_format", "full_refresh", "persist_docs", "pre-hook", "post-hook",
-    "pre_hook", "post_hook",
+    "materialized", "lateness", "max_future", "watermark", "emit_final", "append_only",
+    "on_schema_change", "unique_key", "strategy", "partition_by", "liquid_clustered_by",
+    "tblproperties", "location_root", "file_format", "full_refresh", "persist_docs", "pre-hook",
+    "post-hook", "pre_hook", "post_hook",
 }
 
 # dbt's own configs: dbt handles them for every materialization (selection, naming, docs,

@@ -48,6 +48,8 @@ class ModelSettings:
     lateness: Mapping[str, Any] = field(default_factory=dict)
     max_future: Mapping[str, Any] = field(default_factory=dict)
     watermark: Mapping[str, Any] = field(default_factory=dict)
+    # an aggregate holds only final groups, each inserted once (emit_final.py)
+    emit_final: bool = False
     # dbt's on_schema_change (schema.py) and unique_key (keys.py)
     on_schema_change: str = "ignore"
     unique_key: Sequence[str] = ()

@@ -17,6 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 from dbt.adapters.streamsql.execution import bookkeeping, inputs
 from dbt.adapters.streamsql.execution.commit import merge_key
 from dbt.adapters.streamsql.execution.context import ModelSettings, StepContext, StepError
+from dbt.adapters.streamsql.execution.emit_final import plan_name
 from dbt.adapters.streamsql.execution.event_time import EventTimeRules, event_time_rules
 from dbt.adapters.streamsql.execution.progress import StepRecord, sql_fingerprint
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
@@ -360,7 +361,7 @@ def next_step_lines(found: Explanation) -> List[str]:
         return ["not run yet: the first `dbt run` creates the model's tables and reads every "
                 "input in full"]
     lines = [f"SQL: the same as step {last.step}'s (fingerprint {found.fingerprint})"]
-    if last.plan and last.plan != found.plan.strategy:
+    if last.plan and last.plan != plan_name(found.plan, found.model):
         lines.append(f"step {last.step} ran a {last.plan} plan ({last.reason})")
     if all(r.last_version == r.next_version for r in found.inputs):
         lines.append(f"no input changed since step {last.step}: the next run is not a step "

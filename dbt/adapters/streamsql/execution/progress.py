@@ -48,6 +48,8 @@ class StepRecord:
     # The side tables (their suffixes, e.g. "__late", "__streamsql_state") this step writes
     # after the model's commit; the next run finishes what a crash left unwritten.
     side_writes: List[str] = field(default_factory=list)
+    # The model holds only final groups (config emit_final, when its table was built).
+    emit_final: bool = False
     # A `streamsql_flush` step (it read no input, and released everything WATERMARK held).
     flush: bool = False
     # Each input's Delta table id when the step read it: another id later means the input was
@@ -70,6 +72,7 @@ class StepRecord:
             plan=self.plan, reason=self.reason, state_layout=self.state_layout,
             state_log={name: list(counts) for name, counts in self.state_log.items()},
             input_ids=dict(self.input_ids), columns=[list(c) for c in self.columns],
+            emit_final=self.emit_final,
         )
 
     def unchanged(self, sql_fingerprint: str, input_versions: Dict[str, int]) -> bool:

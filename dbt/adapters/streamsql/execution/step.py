@@ -10,7 +10,9 @@ The materialization (macros/materializations/incremental_view.sql) calls
    bookkeeping                  on a first run, the model's tables; after a crash, the
                                 interrupted attempt undone; the inputs' changes bound;
 3. change      (change.py)      stages first, then the linear, aggregate or recompute change;
-4. event time  (event_time.py)  WATERMARK, then LATENESS, on that change;
+4. event time  (event_time.py)  WATERMARK, then LATENESS, on that change; with emit_final
+                                (emit_final.py) the model's change is then the groups that
+                                became final instead;
 5. commit      (commit.py)      every write, in the order that makes the step exactly-once.
 
 Phases 1-4 only read and compute (into views pinned to versions); phase 5 writes. `flush_step`
@@ -26,6 +28,7 @@ from typing import Callable, Optional, Sequence, Tuple
 from dbt.adapters.streamsql.execution import (
     bookkeeping,
     change,
+    emit_final,
     inputs,
     keys,
     recovery,
@@ -110,6 +113,8 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     fingerprint = sql_fingerprint(compiled_sql)
     versions = {i.table.name: i.version for i in read}
     last = bookkeeping.last_step(ctx)
+    if last is not None:
+        emit_final.check_unchanged(ctx.model, last.emit_final, last.step)
     if last is not None and last.step > 0:
         unfinished = bookkeeping.unfinished_side_writes(ctx, last)
         if unfinished:
@@ -127,19 +132,23 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
                                            inputs.describer(ctx.session, read)),
                             compiled_sql, read, output_columns)
     rules = event_time_rules(ctx, output_columns)  # fails before anything is written
+    emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)  # so does this
     schema.check(ctx, last, output_columns, read)  # so do a refused schema change and key
     key = keys.key_columns(ctx, output_columns, rules.columns) or merge_key(plan, rules.columns)
     previous = bookkeeping.prepare_target(ctx, plan, read, output_columns, fingerprint, rules,
                                           last)
     if previous.step > 0 and versions == previous.input_versions and \
             recovery.same_tables(previous, read):
-        return StepResult(ctx.model.name, previous.step, plan.strategy, plan.reason,
+        return StepResult(ctx.model.name, previous.step, emit_final.plan_name(plan, ctx.model),
+                          plan.reason,
                           waterline=dict(previous.waterline), skipped=True)
 
     ctx.checkpoint("start")
-    result = StepResult(ctx.model.name, previous.step + 1, plan.strategy, plan.reason)
+    name = emit_final.plan_name(plan, ctx.model)
+    result = StepResult(ctx.model.name, previous.step + 1, name, plan.reason)
     record = previous.next(ctx.run_id, versions)
-    record.plan, record.reason = plan.strategy, plan.reason
+    record.plan, record.reason = name, plan.reason
+    record.emit_final = ctx.model.emit_final  # a change since the last step was refused above
     bookkeeping.compact_state_tables(ctx, plan, previous, record)
 
     # 3. the change, and 4. event time
@@ -159,6 +168,7 @@ def compute_step(ctx: StepContext, plan: StepPlan, read: Sequence[InputState],
     """Phases 3 and 4: the model's change from the inputs' changes since `previous`, and what
     the step writes besides; nothing is written (every read is pinned: commit.py)."""
     ctx.first_step = all(previous.input_versions.get(i.table.name) is None for i in read)
+    final = emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)
     changes = inputs.read_changes(ctx, read, previous)
     # an input that cannot be read from where the last step left it: a recompute (recovery.py)
     adjusted = recovery.prepare(ctx, plan, changes, previous, record, result)
@@ -186,6 +196,12 @@ def compute_step(ctx: StepContext, plan: StepPlan, read: Sequence[InputState],
         model_change = ModelChange(apply_event_time(
             ctx, model_change.relation, adjusted.columns, rules, previous, record, result,
             writes))
+    if final:  # emit_final: the change judged above decided lateness and waterlines only
+        aggregate = (adjusted.original or plan).aggregate
+        state = next(w for w in writes.state if w.suffix == "__streamsql_state")
+        assert aggregate is not None
+        model_change = change.final_groups_change(ctx, aggregate, state, final, previous,
+                                                  record, adjusted.columns)
     return model_change, writes
 
 
