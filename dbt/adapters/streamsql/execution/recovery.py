@@ -17,8 +17,9 @@ Then the step recovers by itself, exactly: it recomputes the model's query over 
 current versions and applies only the difference to the model, so the model's own change feed
 stays right for the views that read it. The difference is taken against what the model would
 hold without LATENESS and WATERMARK (its table, plus what `__late` quarantined and `__pending`
-holds), so it is the change of the query since the last step, which LATENESS and WATERMARK then
-judge like any step's change. State tables are rebuilt as a first step builds them (every group
+holds; with emit_final, plus the groups not final yet, which its table does not hold), so it is
+the change of the query since the last step, which LATENESS and WATERMARK then judge like any
+step's change. State tables are rebuilt as a first step builds them (every group
 from the inputs' current versions), written as this step's rows, with the groups that are gone
 marked so. The one case that cannot be exact is a query whose value depends on when it runs
 (`current_timestamp()`, `rand()`, ...): a recompute would not give the rows the steps gave, so
@@ -44,6 +45,8 @@ from typing import Callable, List, Optional, Sequence
 import sqlglot
 from sqlglot import exp
 
+from dbt.adapters.streamsql.execution import emit_final as emit
+from dbt.adapters.streamsql.execution import lateness as late
 from dbt.adapters.streamsql.execution import retention, schema
 from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution import watermark as wm
@@ -486,12 +489,33 @@ def recovery_sql(ctx: StepContext, plan: StepPlan, columns: Sequence[Column],
         parts.append(
             f"SELECT {cols}, CAST(CASE WHEN _streamsql_change = 'insert' THEN -1 ELSE 1 END "
             f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} WHERE _streamsql_step <= {step}")
+    unemitted = emit_final_rows(ctx, plan, columns, previous)
+    if unemitted:
+        parts.append(unemitted)
     if ctx.delta_log.exists(model.table_name("__pending")):
         parts.append(
             f"SELECT {cols}, -{WEIGHT} AS {WEIGHT} FROM {model.pending_table} "
             f"WHERE {wm.HELD_STEP} <= {step} "
             f"AND ({wm.RELEASED_STEP} IS NULL OR {wm.RELEASED_STEP} > {step})")
     return "\nUNION ALL\n".join(parts)
+
+
+def emit_final_rows(ctx: StepContext, plan: StepPlan, columns: Sequence[Column],
+                    previous: StepRecord) -> Optional[str]:
+    """emit_final: the rows a model without it would hold and this one does not yet (the groups
+    not final after the last step, with weight -1), so that the difference above is the
+    query's change as the same model without emit_final would have it."""
+    if not ctx.model.emit_final or plan.aggregate is None or previous.step == 0:
+        return None
+    rules = late.lateness_rules(ctx.model.name, plan.output_columns, ctx.model.lateness,
+                                ctx.model.max_future)
+    final = emit.final_columns(ctx.model, plan, rules)
+    aggregate = plan.aggregate
+    keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
+    before = sql.latest_state(sql.state_through(ctx.model.state_table, previous.step), keys,
+                              aggregate.state_columns)
+    return emit.rows_of_groups(aggregate, inline(before), columns,
+                               emit.not_final(final, previous.waterline), weight=-1)
 
 
 # -- state tables, rebuilt --------------------------------------------------------------------
