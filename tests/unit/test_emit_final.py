@@ -166,3 +166,26 @@ def test_newly_final_with_several_columns_needs_all_non_null_one_below_now_none_
 def test_not_final_is_what_a_model_without_emit_final_holds_and_this_one_not_yet():
     assert emit.not_final(FINAL, {"ws": WS, "b": None}) == (
         f"(g.a) IS NOT NULL AND (g.b) IS NOT NULL AND (g.a) >= CAST('{WS}' AS timestamp)")
+
+
+def test_a_recovery_subtracts_the_groups_not_final_yet_and_emits_from_the_rebuilt_state():
+    session = window_session()
+    settings = model("f", lateness={"ws": "INTERVAL 1 HOUR"}, emit_final=True)
+    run_step(session, settings, LATE_WINDOW)
+    session.create_source("demo.events", EVENTS)  # dropped and created again
+    session.tables["demo.events"].table_id = "table-2"
+    session.append_to("demo.events")
+    session.answers.waterline = "2024-01-01 12:00:00"
+    start = len(session.statements)
+    result = run_step(session, settings, LATE_WINDOW)
+    assert result.plan == "aggregate, emit final"
+    assert any(note.startswith("recovered (") for note in result.notes)
+    # the query's change: minus the table, minus the groups it does not hold yet (not final
+    # after step 1: lateness value not NULL and at or above W(1)), from the state of step 1
+    net = checkpoint(session, "net", start)
+    group = "(_streamsql_grp._streamsql_g1.start)"
+    assert (f"{group} IS NOT NULL AND {group} >= CAST('{WS}' AS timestamp)" in net
+            and "CAST(-1 AS BIGINT) AS _streamsql_weight" in net)
+    # the final groups come from the rebuilt state (every group, as of now)
+    final_new = view(session, "final_new", start)
+    assert "_re_rebuilt" in final_new
