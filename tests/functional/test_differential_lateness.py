@@ -24,6 +24,10 @@ without lateness downstream of one with lateness must equal its SELECT over the 
 actual contents. After every step the model, its `__late` (without `_streamsql_at`) and its
 `__waterline` (without `at`) are compared with the oracle as multisets.
 
+A model with `emit_final` has the same `__late` and `__waterline` as without it, and holds the
+oracle's model restricted to the final groups (lateness column not NULL and below W(n)); at the
+end its change feed must hold inserts only, and an `append_only` model over it must have run.
+
     STREAMSQL_LATE_DIFF_SEED=7 STREAMSQL_LATE_DIFF_STEPS=30 \
         pytest tests/functional/test_differential_lateness.py
 """
@@ -64,8 +68,10 @@ READINGS = "{{ source('raw', 'readings') }}"
 HOUR = datetime.timedelta(hours=1)
 
 
-def iv(lateness: Dict[str, str], max_future: Optional[Dict[str, str]] = None) -> str:
+def iv(lateness: Dict[str, str], max_future: Optional[Dict[str, str]] = None,
+       emit_final: bool = False) -> str:
     extra = f", max_future={max_future!r}" if max_future else ""
+    extra += ", emit_final=true" if emit_final else ""
     return f"{{{{ config(materialized='incremental_view', lateness={lateness!r}{extra}) }}}}\n"
 
 
@@ -104,6 +110,22 @@ MODELS: Dict[str, tuple] = {
         iv({"ts": "INTERVAL 30 MINUTES"}, {"ts": "INTERVAL 1 DAY"})
         + f"select rid, ts, val from {READINGS}",
         "linear", Rule("ts", datetime.timedelta(minutes=30), datetime.timedelta(days=1))),
+    # emit_final twins of the two aggregates: the same __late and __waterline as a model without
+    # it, and the model holds the oracle's model restricted to the final groups (EMIT_FINAL)
+    "final_tumbling": (
+        iv({"window_start": "INTERVAL 1 HOUR"}, emit_final=True)
+        + f"select window(ts, '1 hour').start as window_start, count(*) as c, sum(v) as sum_v, "
+          f"max(seq) as max_seq from {EVENTS} group by window(ts, '1 hour')",
+        "aggregate, emit final", Rule("window_start", HOUR)),
+    "final_hourly": (
+        iv({"hour": "INTERVAL 2 HOURS"}, emit_final=True)
+        + f"select date_trunc('hour', ts) as hour, k, count(*) as c, min(v) as min_v "
+          f"from {EVENTS} group by date_trunc('hour', ts), k",
+        "aggregate, emit final", Rule("hour", 2 * HOUR)),
+    "final_downstream": (  # append_only over an emit_final model: fails on any delete
+        "{{ config(materialized='incremental_view', append_only=true) }}\n"
+        "select window_start, c, sum_v from {{ ref('final_tumbling') }} where c > 1",
+        "linear", None),
     "chain_of_late": (  # no lateness: equals its SELECT over late_project_filter's contents
         "{{ config(materialized='incremental_view') }}\n"
         "select k, count(*) as c, sum(v2) as sum_v2, max(ts) as last_ts "
@@ -115,8 +137,12 @@ MODELS: Dict[str, tuple] = {
 INPUTS = {
     "late_project_filter": ["events"], "late_seq": ["events"], "late_join": ["events", "dims"],
     "late_tumbling": ["events"], "late_hourly": ["events"], "late_future": ["readings"],
-    "chain_of_late": ["late_project_filter"],
+    "chain_of_late": ["late_project_filter"], "final_tumbling": ["events"],
+    "final_hourly": ["events"], "final_downstream": ["final_tumbling"],
 }
+# Models with emit_final: they hold the groups of the oracle's model that are final, i.e. whose
+# lateness column is below the waterline after the step (docs/lateness-and-watermark.md).
+EMIT_FINAL = {"final_tumbling", "final_hourly"}
 
 QUARANTINE = ("_streamsql_step", "_streamsql_change", "_streamsql_column",
               "_streamsql_waterline", "_streamsql_reason")
@@ -319,6 +345,12 @@ class LatenessOracle:
             return "late"
         return None
 
+    def final_groups(self) -> Counter:
+        """emit_final: the rows of the model whose lateness column is below the waterline."""
+        return Counter({row: n for row, n in self.model.items()
+                        if row[self.index] is not None and self.waterline is not None
+                        and row[self.index] < self.waterline})
+
     def advance(self, query_now: Counter, wall_clock: datetime.datetime) -> None:
         """One step of the model: D(n) = Q(n) - Q(n-1), classified against W(n-1)."""
         self.step += 1
@@ -447,6 +479,8 @@ class TestDifferentialLateness:
                     assert query == oracle.query_before, (
                         f"{name} skipped step {number} but its query changed; {context}")
                 expected = query if oracle is None else oracle.model
+                if name in EMIT_FINAL:
+                    expected = oracle.final_groups()
                 actual = as_bag(project.run_sql(f"select {select} from {relation}",
                                                 fetch="all"))
                 decisions = ""
@@ -476,3 +510,11 @@ class TestDifferentialLateness:
             # visible with -s: where a step's time goes
             print(f"step {number}: dbt run {ran:.1f} s, checks "
                   f"{time.monotonic() - started - ran:.1f} s")
+
+        # emit_final models only ever inserted: their change feeds hold nothing else (and
+        # final_downstream, append_only, ran every step over final_tumbling)
+        for name in sorted(EMIT_FINAL):
+            kinds = project.run_sql(f"select _change_type, count(*) from table_changes("
+                                    f"'{schema}.{name}', 0) group by _change_type", fetch="all")
+            assert {kind for kind, _ in kinds} <= {"insert"}, (name, kinds)
+        assert steps["final_downstream"] == steps["final_tumbling"]
