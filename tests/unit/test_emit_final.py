@@ -189,3 +189,15 @@ def test_a_recovery_subtracts_the_groups_not_final_yet_and_emits_from_the_rebuil
     # the final groups come from the rebuilt state (every group, as of now)
     final_new = view(session, "final_new", start)
     assert "_re_rebuilt" in final_new
+
+
+def test_explain_names_the_emit_final_plan_and_a_refusal():
+    from dbt.adapters.streamsql.execution.explain import explain_model
+
+    session = window_session()
+    settings = model("f", lateness={"ws": "INTERVAL 1 HOUR"}, emit_final=True)
+    text = explain_model(session, settings, LATE_WINDOW)
+    assert "Plan: aggregate, emit final (emit_final: the model holds only final groups" in text
+    refused = explain_model(session, model("f", emit_final=True), LATE_WINDOW)
+    assert "fails before it reads anything: Model f: config emit_final needs lateness" \
+        in refused

@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 from dbt.adapters.streamsql.execution import bookkeeping, inputs
 from dbt.adapters.streamsql.execution.commit import merge_key
 from dbt.adapters.streamsql.execution.context import ModelSettings, StepContext, StepError
-from dbt.adapters.streamsql.execution.emit_final import plan_name
+from dbt.adapters.streamsql.execution.emit_final import final_columns, plan_name
 from dbt.adapters.streamsql.execution.event_time import EventTimeRules, event_time_rules
 from dbt.adapters.streamsql.execution.progress import StepRecord, sql_fingerprint
 from dbt.adapters.streamsql.execution.sql_session import SqlSession
@@ -84,6 +84,7 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
     found = Explanation(model, plan, rules, merge_key(plan, rules.columns),
                         [InputReading(i.table.name, i.version) for i in read], fingerprint)
     try:
+        final_columns(model, plan, rules.lateness, rules.watermark)
         found.last = bookkeeping.last_step(ctx)
     except StepError as error:
         found.problem = str(error)
@@ -113,7 +114,11 @@ def held_count(pending_table: str) -> str:
 def format_explanation(found: Explanation) -> str:
     model, plan = found.model, found.plan
     lines = [f"streamsql_explain: {model.name} ({model.table_name()})", ""]
-    lines += plan_lines(plan)
+    plan_text = plan_lines(plan)
+    if plan_name(plan, model) != plan.strategy:
+        plan_text[0] = (f"Plan: {plan_name(plan, model)} (emit_final: the model holds only "
+                        "final groups, each inserted once)")
+    lines += plan_text
     lines += ["", "Tables:"]
     lines += aligned(table_rows(model, plan, found.rules))
     lines += [""] + wrapped(f"Merge key: {merge_key_text(plan, found.rules, found.key)}", "")
