@@ -1,7 +1,9 @@
 """SPEC section 6: two `dbt run`s at the same time on the same models.
 
-Each run first appends a batch to the models' source (an on-run-start hook) and then takes one
-step of each model: an aggregate, and one with LATENESS (state, `__late`, `__waterline`). On the
+A batch is appended to the models' source first (a `dbt run` of a feeder project, whose
+on-run-start hooks write it; two such writers at once would conflict in Delta themselves, which is
+not what this tests), then two runs start together, each taking one step of each model: an
+aggregate, and one with LATENESS (state, `__late`, `__waterline`). On the
 embedded session (here) the second process waits for the warehouse lock, or gives up with a clear
 message. Through a Thrift Server (`test_cluster.py` calls `two_runs_at_once` while its server
 runs) both runs take their steps at the same time, and at most one can commit a given step. Either
@@ -36,14 +38,20 @@ HOOKS = [
     f"1704067200 + 86400 * (select count(*) div {BATCH} from {{{{ target.schema }}}}.events) "
     f"- case when id % 10 = 0 then 172800 else 0 end) from range({BATCH}) as r(id)",
 ]
+# The feeder project's one model, so that its `dbt run` has a node to run with its hooks.
+FEED_MARKER = "{{ config(materialized='view') }}\nselect 1 as fed"
 CLEAR_FAILURE = ("in use by another process", "another run completed step",
                  "another run wrote to its tables at the same time")
 
 
 def two_runs_at_once(root: Path, target: Dict[str, Any]) -> List[Tuple[int, str]]:
-    """Two `dbt run`s of the project started together; (return code, output) of each."""
-    project = DbtProject.create(root, MODELS, target=target,
-                                project_extra={"on-run-start": HOOKS})
+    """A batch appended, then two `dbt run`s of the project started together; (return code,
+    output) of each."""
+    feeder = DbtProject.create(root.parent / f"{root.name}_feed", {"fed.sql": FEED_MARKER},
+                               target=target, project_extra={"on-run-start": HOOKS})
+    fed = feeder.dbt("run")
+    assert fed.returncode == 0, fed.stdout[-4000:]
+    project = DbtProject.create(root, MODELS, target=target)
     runs = [project.dbt_popen("run"), project.dbt_popen("run")]
     outputs = []
     for process in runs:

@@ -367,3 +367,18 @@ def test_a_retry_after_a_fault_completes_the_step_exactly_once(monkeypatch, kind
     # a step is computed again only when something was left to write (or it never committed)
     computed = any(s.startswith("CHECKPOINT") for s in session.statements[start:])
     assert computed == (not committed or bool(missing)), (missing, computed)
+
+
+@pytest.mark.parametrize("delta_error", [
+    "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict detected.",
+    "[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table ('`demo`.`m`').",
+])
+def test_another_run_writing_the_same_tables_is_a_clean_error(delta_error):
+    """Two first steps at once over a Thrift Server: the slower one's write is refused."""
+    session = new_session()
+    session.fail_on = ("CREATE OR REPLACE TABLE", delta_error)
+    with pytest.raises(StepError) as error:
+        run_step(session, model("m"), LINEAR)
+    message = str(error.value)
+    assert message.startswith("Model m: another run wrote to its tables at the same time")
+    assert delta_error.split("]")[0] + "]" in message and "run again to continue" in message

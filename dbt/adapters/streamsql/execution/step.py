@@ -66,10 +66,14 @@ from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step
 
-# How Delta says that another transaction's commit conflicts with this run's write.
+# How Delta says that another transaction's commit conflicts with this run's write; the last
+# two: another run's first step created the same table a moment before this one's (the step
+# creates its tables with OR REPLACE or IF NOT EXISTS, so nothing else makes them).
 CONCURRENT_WRITE_MARKERS = ("ConcurrentAppendException", "ConcurrentDeleteReadException",
                             "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
-                            "MetadataChangedException", "DELTA_CONCURRENT_")
+                            "MetadataChangedException", "DELTA_CONCURRENT_",
+                            "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION",
+                            "TABLE_OR_VIEW_ALREADY_EXISTS")
 
 __all__ = ["run_step", "flush_step", "ModelSettings", "StepError", "StepResult",
            "FAULT_INJECTION_ENV", "InjectedFault"]
