@@ -29,6 +29,22 @@ SCHEMA = "bench"
 STATE_FILE = "profile_state.json"
 
 
+def print_python_profile(profiler: Any, top: int) -> None:
+    """The adapter's own functions by cumulative time, then the callers' view of py4j.
+
+    Cumulative time of a function that sends a statement includes Spark's work on it; compare
+    with the statement table to see what is Python's.
+    """
+    import pstats
+
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative")
+    print("\n### Python profile of the last step (cumulative s, adapter functions)")
+    stats.print_stats(r"streamsql", top)
+    print("### ... and py4j round trips, by caller")
+    stats.print_callers(r"java_gateway.py.*\(__call__\)")
+
+
 def write_models(work: Path, queries: List[str]) -> None:
     refs = {t: "{{ source('%s', '%s') }}" % (generator.SCHEMA, t) for t in generator.DDL}
     for name in queries:
@@ -67,6 +83,9 @@ def main(argv: Any = None) -> int:
                         help="--full-refresh the views first (after a change of plan shape)")
     parser.add_argument("--check", action="store_true", help="compare views with tables at the end")
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--python-profile", action="store_true",
+                        help="profile the last step's Python (cProfile): where the time between "
+                             "statements goes (planning, Delta log reads through py4j, dbt)")
     parser.add_argument("--driver-memory", default="8g")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
@@ -110,7 +129,16 @@ def main(argv: Any = None) -> int:
         generator.append_events(spark, start, start + args.step_events, args.seed)
         state["next_event"] = start + args.step_events
         state_path.write_text(json.dumps(state))
+        profiler = None
+        if args.python_profile and number == args.steps:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         _, last = dbt.run(views)
+        if profiler is not None:
+            profiler.disable()
+            print_python_profile(profiler, args.top * 3)
         line = " ".join(f"{n.name}={n.execution_time:.2f}" for n in last.values())
         if args.with_table:
             _, rebuilt = dbt.run(tables)
