@@ -156,6 +156,8 @@ def test_a_linear_step_with_deletions_nets_the_change_and_merges_it():
     assert "MIN(t.`id`) FILTER (WHERE t._streamsql_weight < 0)" in counts
     merge = next(s for s in session.statements[start:] if s.startswith("MERGE INTO `demo`.`m`"))
     assert "((t.`id` >= CAST('1' AS bigint)) AND (t.`id` <= CAST('1' AS bigint)))" in merge
+    # its source joins the change with the model: Delta copies it rather than join twice
+    assert not any("materializeSource" in s for s in session.statements[start:])
 
 
 def test_a_run_whose_inputs_did_not_change_is_not_a_step_and_plans_nothing():
@@ -184,6 +186,10 @@ def test_an_aggregate_step_commits_the_model_then_appends_its_state():
         "materialize groups_new", "materialize net", f"merge {target}", f"insert {state}")]
     assert order == sorted(order)  # (MIN/MAX: may a deleted value have been one? `check`)
     assert "materialize delta_0" not in steps  # the change feed is read once: inline
+    # the MERGE by key reads only the checkpointed change: Delta need not copy it first
+    setting = next(i for i, s in enumerate(session.statements[start:])
+                   if "merge.materializeSource=none" in s)
+    assert steps[setting + 1] == f"merge {target}", steps[setting:]
     # the state is read by step number (no version to pin), and the record names the state
     # append as the step's side write, which carries the record and an id of its own
     groups_new = next(s for s in session.statements[start:] if s.startswith("CHECKPOINT")
