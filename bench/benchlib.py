@@ -179,6 +179,14 @@ def median(values: Sequence[float]) -> float:
 def scalar(spark: Any, query: str) -> Any:
     return spark.sql(query).collect()[0][0]
 
+
+def multiset_difference(spark: Any, left: str, right: str) -> Tuple[int, int]:
+    """(rows only in `left`, rows only in `right`) of two queries compared as multisets
+    (EXCEPT ALL both ways: a row twice in one and once in the other counts once)."""
+    only_left = int(scalar(spark, f"SELECT COUNT(*) FROM ({left} EXCEPT ALL {right})"))
+    only_right = int(scalar(spark, f"SELECT COUNT(*) FROM ({right} EXCEPT ALL {left})"))
+    return only_left, only_right
+
 # -- machine and versions -----------------------------------------------------------------------
 
 def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:

@@ -39,6 +39,7 @@ from benchlib import (
     machine_info,
     machine_lines,
     median,
+    multiset_difference,
     scalar,
     start_session,
     use_adapter_revision,
@@ -285,8 +286,7 @@ def verify(spark: Any, bench: Bench) -> List[Dict[str, Any]]:
                 compared = int(scalar(spark, f"SELECT COUNT(*) FROM ({right})"))
                 scope = (f" on the {compared:,} of {rows:,} rows of windows closed by the "
                          f"stream's watermark {watermark} ({closed})")
-            only_other = int(scalar(spark, f"SELECT COUNT(*) FROM ({left} EXCEPT ALL {right})"))
-            only_table = int(scalar(spark, f"SELECT COUNT(*) FROM ({right} EXCEPT ALL {left})"))
+            only_other, only_table = multiset_difference(spark, left, right)
             equal = only_other == 0 and only_table == 0
             checks.append({"query": q.name, "approach": approach, "rows": rows,
                            "compared_rows": compared,

@@ -21,7 +21,14 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-from benchlib import BENCH_DIR, Dbt, NodeRun, start_session, write_project_skeleton
+from benchlib import (
+    BENCH_DIR,
+    Dbt,
+    NodeRun,
+    multiset_difference,
+    start_session,
+    write_project_skeleton,
+)
 from nexmark import generator
 from nexmark.queries import QUERIES, render
 
@@ -153,10 +160,8 @@ def main(argv: Any = None) -> int:
         for q in queries:
             view, table = f"{SCHEMA}.{q}_view", f"{SCHEMA}.{q}_table"
             columns = ", ".join(f"`{c}`" for c in spark.table(table).columns)
-            extra = spark.sql(f"SELECT {columns} FROM {view} "
-                              f"EXCEPT ALL SELECT {columns} FROM {table}").count()
-            lost = spark.sql(f"SELECT {columns} FROM {table} "
-                             f"EXCEPT ALL SELECT {columns} FROM {view}").count()
+            extra, lost = multiset_difference(spark, f"SELECT {columns} FROM {view}",
+                                              f"SELECT {columns} FROM {table}")
             verdict = "EQUAL" if extra == lost == 0 else f"DIFFERENT (+{extra} -{lost})"
             failed += verdict != "EQUAL"
             print(f"check {q}: {verdict}")

@@ -34,7 +34,7 @@ from benchlib import (
     machine_info,
     machine_lines,
     median,
-    scalar,
+    multiset_difference,
     start_session,
     write_project_skeleton,
 )
@@ -76,10 +76,9 @@ def vacuum(spark: Any) -> None:
 
 
 def differences(spark: Any, name: str) -> int:
-    view, twin = f"{SCHEMA}.{name}_view", f"{SCHEMA}.{name}_rebuild"
-    return int(scalar(spark, f"SELECT count(*) FROM ((SELECT * FROM {view} EXCEPT ALL "
-                             f"SELECT * FROM {twin}) UNION ALL (SELECT * FROM {twin} "
-                             f"EXCEPT ALL SELECT * FROM {view}))"))
+    """Rows in one of the view and its twin and not in the other, as multisets."""
+    return sum(multiset_difference(spark, f"SELECT * FROM {SCHEMA}.{name}_view",
+                                   f"SELECT * FROM {SCHEMA}.{name}_rebuild"))
 
 
 def main(argv: Any = None) -> int:

@@ -33,6 +33,7 @@ from benchlib import (
     machine_info,
     machine_lines,
     median,
+    multiset_difference,
     scalar,
     start_session,
     statement_label,
@@ -136,11 +137,10 @@ def verify(spark: Any) -> List[Dict[str, Any]]:
         columns = ", ".join(f"`{c}`" for c in spark.table(f"{TARGET_SCHEMA}.{table}").columns)
         left = f"SELECT {columns} FROM {TARGET_SCHEMA}.{view}"
         right = f"SELECT {columns} FROM {TARGET_SCHEMA}.{table}"
-        only_view = scalar(spark, f"SELECT COUNT(*) FROM ({left} EXCEPT ALL {right})")
-        only_table = scalar(spark, f"SELECT COUNT(*) FROM ({right} EXCEPT ALL {left})")
+        only_view, only_table = multiset_difference(spark, left, right)
         rows = scalar(spark, f"SELECT COUNT(*) FROM {TARGET_SCHEMA}.{view}")
         checks.append({"model": kind, "view": view, "table": table, "rows": int(rows),
-                       "only_in_view": int(only_view), "only_in_table": int(only_table),
+                       "only_in_view": only_view, "only_in_table": only_table,
                        "equal": only_view == 0 and only_table == 0})
     return checks
 
