@@ -182,8 +182,9 @@ def test_an_aggregate_step_commits_the_model_then_appends_its_state():
     state, target = "demo.agg__streamsql_state", "demo.agg"
     check = next(i for i, s in enumerate(session.statements[start:])
                  if s.startswith("SELECT COUNT(*) AS n FROM") and " WHERE " in s)
-    order = [steps.index("materialize group_delta"), check] + [steps.index(r) for r in (
-        "materialize groups_new", "materialize net", f"merge {target}", f"insert {state}")]
+    order = [steps.index(r) for r in ("materialize group_delta", "materialize groups_old")] + [
+        check] + [steps.index(r) for r in ("materialize groups_new", "materialize net",
+                                           f"merge {target}", f"insert {state}")]
     assert order == sorted(order)  # (MIN/MAX: may a deleted value have been one? `check`)
     assert "materialize delta_0" not in steps  # the change feed is read once: inline
     # the MERGE by key reads only the checkpointed change: Delta need not copy it first
@@ -192,9 +193,12 @@ def test_an_aggregate_step_commits_the_model_then_appends_its_state():
     assert steps[setting + 1] == f"merge {target}", steps[setting:]
     # the state is read by step number (no version to pin), and the record names the state
     # append as the step's side write, which carries the record and an id of its own
-    groups_new = next(s for s in session.statements[start:] if s.startswith("CHECKPOINT")
-                      and "_groups_new AS" in s)
-    assert "WHERE _streamsql_step <= 1" in groups_new
+    checkpoints = {CHECKPOINT.match(s).group(1): s for s in session.statements[start:]
+                   if CHECKPOINT.match(s)}
+    assert "WHERE _streamsql_step <= 1" in checkpoints["groups_old"]
+    # read once: the new state and the output change start from the changed groups' old state
+    assert "agg__streamsql_state" in checkpoints["groups_old"]
+    assert all("agg__streamsql_state" not in checkpoints[name] for name in ("groups_new", "net"))
     record = StepRecord.from_json(session.commits(target)[-1]["userMetadata"])
     assert record.side_writes == ["__streamsql_state"]
     appended = session.commits(state)[-1]
@@ -283,9 +287,9 @@ def test_a_lateness_step_commits_the_model_then_its_waterline_quarantine_and_sta
     record = StepRecord.from_json(session.commits("demo.lw")[-1]["userMetadata"])
     assert record.side_writes == ["__waterline", "__late", "__streamsql_state"]
     # the state read skips final windows, except the one a late change touches
-    groups_new = next(s for s in session.statements[start:] if CHECKPOINT.match(s)
-                      and CHECKPOINT.match(s).group(1) == "groups_new")
-    assert "IN (CAST('2024-01-01 08:00:00' AS timestamp))" in groups_new
+    groups_old = next(s for s in session.statements[start:] if CHECKPOINT.match(s)
+                      and CHECKPOINT.match(s).group(1) == "groups_old")
+    assert "IN (CAST('2024-01-01 08:00:00' AS timestamp))" in groups_old
 
 
 def test_watermark_holds_and_releases_in_one_merge_then_flush_releases_everything():

@@ -40,7 +40,7 @@ class ChangedGroups:
 
     state: str  # the state before the step, as far as the changed groups' keys reach
     new: str  # materialized: the new state of every changed group (count 0: the group is gone)
-    old: str  # the state of the changed groups before the step
+    old: str  # materialized: the state of the changed groups before the step
     count: int  # how many groups changed (rows of `new`)
 
 
@@ -87,7 +87,12 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
     if bounds:
         state = f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE {' AND '.join(bounds)}"
     state = inline(state)
-    local = {GROUP_DELTA: group_delta, STATE: state}
+    # The changed groups' state before the step, read from the state table once: the new
+    # state and the output change both start from it (each read the table again before).
+    old = ctx.views.materialize(
+        f"{label}groups_old", sql.previous_groups(state, group_delta, group_columns(aggregate)),
+        f"{who}: the state of the changed groups before the step")
+    local = {GROUP_DELTA: group_delta, STATE: old}
     combine = aggregate.combine_sql
     if aggregate.recompute_check_sql and aggregate.combine_without_recompute_sql:
         check = ctx.bindings.bind(aggregate.recompute_check_sql, local)
@@ -98,8 +103,6 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
             combine = aggregate.combine_without_recompute_sql
     new = ctx.views.materialize(f"{label}groups_new", ctx.bindings.bind(combine, local),
                                 f"{who}: the new state of the changed groups")
-    # Read once, by the output change: planned together with it.
-    old = inline(sql.previous_groups(state, group_delta, group_columns(aggregate)))
     return ChangedGroups(state, new, old, int(found["groups"]))
 
 
