@@ -12,7 +12,7 @@ no new rows and once after an append, timed from the process's start, with the p
 first model started (Python and dbt start-up, the JVM and Delta's jars, the metastore) split out
 from dbt's own log.
 
-    python bench/fixed_cost.py                      # about 10 minutes on 2 cores
+    python bench/fixed_cost.py                      # about 20 minutes on 2 cores
     python bench/fixed_cost.py --steps 3 --floor-runs 3 --cold-runs 1
 
 Writes bench/results/fixed_cost.md and .json.
@@ -41,6 +41,7 @@ from benchlib import (
     machine_lines,
     median,
     start_session,
+    statement_label,
     write_project_skeleton,
 )
 
@@ -74,6 +75,7 @@ MODELS: Dict[str, tuple] = {
     "c_of_group": ("chain", "select k, top from {{ ref('g_max') }} where top > 90"),
 }
 HISTORY_ROWS = 100_000
+BREAKDOWN = ("p_all", "g_count")  # models whose step is shown statement by statement
 
 
 def write_models(work: Path) -> None:
@@ -143,19 +145,8 @@ def _log_time(text: str, pattern: str) -> Any:
     return None
 
 
-def main(argv: Any = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--step-rows", type=int, default=40, help="rows appended per step")
-    parser.add_argument("--floor-runs", type=int, default=5)
-    parser.add_argument("--cold-runs", type=int, default=2)
-    parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-fixed-cost"))
-    parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
-    parser.add_argument("--output-name", default="fixed_cost")
-    args = parser.parse_args(argv)
-
-    work = Path(args.work_dir)
-    shutil.rmtree(work, ignore_errors=True)
+def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
+    """The first build, the steps and the no-change runs in this process (one JVM)."""
     target = write_project_skeleton(work, "fixed_cost", SCHEMA, "4g",
                                     {SOURCE: ["events", "dims"]})
     write_models(work)
@@ -190,28 +181,65 @@ def main(argv: Any = None) -> int:
         floor_walls.append(wall)
         print(f"no-change run {number + 1}: {wall:.1f} s ({len(skipped)} of {len(nodes)} "
               "models skipped)", flush=True)
-    statements = {name: len(node.statements) for name, node in steps[-1].items()}
-    floor_statements = {name: len(node.statements) for name, node in floors[-1].items()}
-
     spark.stop()
-    cold: Dict[str, List[Dict[str, Any]]] = {
-        "no change": [cold_run(work) for _ in range(args.cold_runs)], "step": []}
-    for _ in range(args.cold_runs):  # new rows, appended by a short process of their own
+    return {
+        "machine": info, "next_id": next_id, "first_build_s": first_build,
+        "step_by_kind_s": by_kind(steps), "no_change_by_kind_s": by_kind(floors),
+        "step_wall_s": step_walls, "no_change_wall_s": floor_walls,
+        "statements_per_step": {n: len(node.statements) for n, node in steps[-1].items()},
+        "statements_per_no_change": {n: len(node.statements) for n, node in floors[-1].items()},
+        "steps": [{n: node.execution_time for n, node in nodes.items()} for nodes in steps],
+        "no_change": [{n: node.execution_time for n, node in nodes.items()} for nodes in floors],
+        # where one step's time goes, statement by statement, for one model of each kind
+        "step_statements": {name: [[round(st.span or 0.0, 3), statement_label(st.sql, 160)]
+                                   for st in steps[-1][name].statements]
+                            for name in BREAKDOWN},
+    }
+
+
+def main(argv: Any = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--step-rows", type=int, default=40, help="rows appended per step")
+    parser.add_argument("--floor-runs", type=int, default=5)
+    parser.add_argument("--cold-runs", type=int, default=2)
+    parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-fixed-cost"))
+    parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
+    parser.add_argument("--output-name", default="fixed_cost")
+    parser.add_argument("--warm-json", help=argparse.SUPPRESS)  # internal: run the warm phase only
+    args = parser.parse_args(argv)
+
+    work = Path(args.work_dir)
+    if args.warm_json:
+        Path(args.warm_json).write_text(json.dumps(warm_phase(args, work), default=str))
+        return 0
+    shutil.rmtree(work, ignore_errors=True)
+    # The warm phase runs in a process of its own: its JVM holds the embedded Derby metastore
+    # until it exits, and the cold `dbt run` processes below need it.
+    warm_json = work.parent / f"{work.name}-warm.json"
+    forwarded = sys.argv[1:] if argv is None else list(argv)
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), *forwarded,
+                    "--warm-json", str(warm_json)], check=True)
+    warm = json.loads(warm_json.read_text())
+    warm_json.unlink()
+
+    next_id = warm.pop("next_id")
+    cold: Dict[str, List[Dict[str, Any]]] = {"no change": [], "step": []}
+    for number in range(args.cold_runs):
+        cold["no change"].append(cold_run(work))
+        print(f"cold no-change run {number + 1}: {cold['no change'][-1]['wall_s']:.1f} s",
+              flush=True)
+    for number in range(args.cold_runs):  # new rows, appended by a short process of their own
         _append_in_process(work, next_id, args.step_rows)
         next_id += args.step_rows
         cold["step"].append(cold_run(work))
+        print(f"cold step run {number + 1}: {cold['step'][-1]['wall_s']:.1f} s", flush=True)
 
     results = {
-        "command": "python bench/fixed_cost.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "started": datetime.now(timezone.utc).isoformat(), "machine": info,
+        "command": "python bench/fixed_cost.py " + " ".join(forwarded),
+        "started": datetime.now(timezone.utc).isoformat(),
         "models": {name: kind for name, (kind, _) in MODELS.items()},
-        "first_build_s": first_build,
-        "step_by_kind_s": by_kind(steps), "no_change_by_kind_s": by_kind(floors),
-        "step_wall_s": step_walls, "no_change_wall_s": floor_walls,
-        "statements_per_step": statements, "statements_per_no_change": floor_statements,
-        "steps": [{n: node.execution_time for n, node in nodes.items()} for nodes in steps],
-        "no_change": [{n: node.execution_time for n, node in nodes.items()} for nodes in floors],
-        "cold": cold,
+        **warm, "cold": cold,
     }
     out = Path(args.results_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -255,6 +283,15 @@ def report(results: Dict[str, Any]) -> str:
         + ", ".join(f"{name} {results['statements_per_step'][name]} / "
                     f"{results['statements_per_no_change'][name]}"
                     for name in results["models"]) + ".", "",
+    ]
+    for name, statements in results.get("step_statements", {}).items():
+        total = sum(span for span, _ in statements)
+        lines += [f"### Where the last step of `{name}` ({results['models'][name]}) went: "
+                  f"{fmt(total)} s over {len(statements)} statements", "",
+                  "| s | statement (until the next one starts) |", "|---:|---|"]
+        lines += [f"| {fmt(span)} | `{sql.replace('|', '/')}` |" for span, sql in statements]
+        lines.append("")
+    lines += [
         "## A cold `dbt run` process (as from cron)", "",
         "| run | wall s | before the first model s | of which the embedded Spark start s | "
         "models s |", "|---|---:|---:|---:|---:|",
