@@ -102,3 +102,36 @@ def test_embedded_session_has_a_shuffle_partition_per_local_core(master, partiti
     overridden = SessionSettings("/tmp/warehouse", master, {"spark.sql.shuffle.partitions": "7"},
                                  600).spark_conf()
     assert overridden["spark.sql.shuffle.partitions"] == "7"
+
+
+def test_delta_jars_come_from_ivy_until_a_start_has_listed_the_files_it_resolved(tmp_path,
+                                                                                 monkeypatch):
+    from dbt.adapters.streamsql import embedded_spark
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    coordinate = embedded_spark.delta_maven_coordinate()
+    conf = SessionSettings("/tmp/warehouse", "local[2]", {}, 600).spark_conf()
+    assert conf["spark.jars.packages"] == coordinate and "spark.jars" not in conf
+
+    jars = [tmp_path / "delta-spark.jar", tmp_path / "delta-storage.jar"]
+    for jar in jars:
+        jar.write_bytes(b"jar")
+    listed = ",".join(f"file://{jar}" for jar in jars)
+
+    class Session:  # what remember_jars reads of a session Ivy resolved the jars for
+        class sparkContext:
+            @staticmethod
+            def getConf():
+                return {"spark.jars": listed}
+
+    embedded_spark.remember_jars(coordinate, Session)
+    conf = SessionSettings("/tmp/warehouse", "local[2]", {}, 600).spark_conf()
+    assert conf["spark.jars"] == listed and "spark.jars.packages" not in conf
+
+    # the profile's own jars or packages win, and a listed file gone sends the start to Ivy
+    own = SessionSettings("/tmp/warehouse", "local[2]", {"spark.jars.packages": "a:b:1"},
+                          600).spark_conf()
+    assert own["spark.jars.packages"] == "a:b:1" and "spark.jars" not in own
+    jars[1].unlink()
+    conf = SessionSettings("/tmp/warehouse", "local[2]", {}, 600).spark_conf()
+    assert conf["spark.jars.packages"] == coordinate and "spark.jars" not in conf

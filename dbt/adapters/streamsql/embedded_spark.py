@@ -47,6 +47,42 @@ def delta_maven_coordinate() -> str:
     return f"io.delta:delta-spark_{spark_minor}_{SCALA_BINARY_VERSION}:{version('delta-spark')}"
 
 
+def resolved_jars_file(coordinate: str) -> str:
+    """Where the jar files Ivy resolved for `coordinate` are listed after a first start."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "dbt-streamsql", re.sub(r"[^A-Za-z0-9_.-]", "_", coordinate)
+                        + ".jars")
+
+
+def cached_jars(coordinate: str) -> Optional[str]:
+    """The jars a previous start resolved for `coordinate` (a `spark.jars` value), if every one
+    of them is still on disk. Naming them skips Ivy's resolution, 1-2 s of every cold start."""
+    try:
+        with open(resolved_jars_file(coordinate)) as handle:
+            jars = handle.read().strip()
+    except OSError:
+        return None
+    paths = [jar[len("file:"):] if jar.startswith("file:") else jar for jar in jars.split(",")]
+    if not jars or not all(os.path.isfile(re.sub(r"^//+", "/", path)) for path in paths):
+        return None
+    return jars
+
+
+def remember_jars(coordinate: str, session: Any) -> None:
+    """After Ivy resolved `coordinate`, list the jar files it gave for the next start."""
+    jars = session.sparkContext.getConf().get("spark.jars", "")
+    if not jars:
+        return
+    path = resolved_jars_file(coordinate)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w") as handle:
+            handle.write(jars)
+        os.replace(path + ".tmp", path)
+    except OSError as error:  # a read-only home: every start resolves with Ivy, as before
+        logger.debug(f"Could not record Delta's resolved jars in {path}: {error}")
+
+
 @dataclass(frozen=True)
 class SessionSettings:
     """What the embedded session is built from (derived from the profile)."""
@@ -112,8 +148,16 @@ class SessionSettings:
             "spark.sql.session.timeZone": "UTC",
             "spark.sql.ansi.enabled": "false",
         }
-        if "spark.jars" not in self.server_side_parameters:
-            conf["spark.jars.packages"] = delta_maven_coordinate()
+        params = self.server_side_parameters
+        if "spark.jars" not in params and "spark.jars.packages" not in params:
+            coordinate = delta_maven_coordinate()
+            jars = cached_jars(coordinate)
+            if jars:  # resolved by an earlier start: the files, without asking Ivy again
+                conf["spark.jars"] = jars
+            else:
+                conf["spark.jars.packages"] = coordinate
+                conf["spark.jars.ivySettings"] = IVY_SETTINGS
+        elif "spark.jars" not in params:
             conf["spark.jars.ivySettings"] = IVY_SETTINGS
         conf.update(self.server_side_parameters)
         return conf
@@ -241,6 +285,8 @@ def _start_session(settings: SessionSettings) -> Any:
             "Look above for 'unresolved dependency' or Java errors.\n"
             f"Spark said: {exc}"
         ) from exc
+    if conf.get("spark.jars.packages") == delta_maven_coordinate():
+        remember_jars(delta_maven_coordinate(), session)
     session.sparkContext.setLogLevel("ERROR")
     # PySpark also logs every failed statement with its JVM stack trace; dbt reports the error
     # itself, so the console would show each failure twice, the second time as a wall of Java.
