@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import IO, Any, Dict, Optional
+from urllib.parse import urlparse
 
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
@@ -62,8 +63,8 @@ def cached_jars(coordinate: str) -> Optional[str]:
             jars = handle.read().strip()
     except OSError:
         return None
-    paths = [jar[len("file:"):] if jar.startswith("file:") else jar for jar in jars.split(",")]
-    if not jars or not all(os.path.isfile(re.sub(r"^//+", "/", path)) for path in paths):
+    paths = [urlparse(jar).path if jar.startswith("file:") else jar for jar in jars.split(",")]
+    if not jars or not all(os.path.isfile(path) for path in paths):
         return None
     return jars
 
@@ -285,8 +286,9 @@ def _start_session(settings: SessionSettings) -> Any:
             "Look above for 'unresolved dependency' or Java errors.\n"
             f"Spark said: {exc}"
         ) from exc
-    if conf.get("spark.jars.packages") == delta_maven_coordinate():
-        remember_jars(delta_maven_coordinate(), session)
+    coordinate = delta_maven_coordinate()
+    if conf.get("spark.jars.packages") == coordinate:  # Ivy resolved it: list what it gave
+        remember_jars(coordinate, session)
     session.sparkContext.setLogLevel("ERROR")
     # PySpark also logs every failed statement with its JVM stack trace; dbt reports the error
     # itself, so the console would show each failure twice, the second time as a wall of Java.

@@ -559,7 +559,7 @@ def rebuilt_groups(ctx: StepContext, label: str, table: str, aggregate: Aggregat
         f"the state of {table} rebuilt from the inputs (gone groups with count 0)")
     with ctx.role(f"count the rebuilt groups of {table}"):
         count = int(ctx.session.query(sql.count_rows(every))[0]["n"])
-    return ChangedGroups(inline(nothing), every, inline(nothing), count)
+    return ChangedGroups(every, inline(nothing), count)
 
 
 def bind_stage(ctx: StepContext, stage: StagePlan, groups: ChangedGroups) -> None:

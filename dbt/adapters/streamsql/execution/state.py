@@ -38,7 +38,6 @@ MAX_FINAL_GROUP_VALUES = 100
 class ChangedGroups:
     """The groups of an aggregate that a step changes, as step-local views."""
 
-    state: str  # the state before the step, as far as the changed groups' keys reach
     new: str  # materialized: the new state of every changed group (count 0: the group is gone)
     old: str  # materialized: the state of the changed groups before the step
     count: int  # how many groups changed (rows of `new`)
@@ -103,7 +102,7 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
             combine = aggregate.combine_without_recompute_sql
     new = ctx.views.materialize(f"{label}groups_new", ctx.bindings.bind(combine, local),
                                 f"{who}: the new state of the changed groups")
-    return ChangedGroups(state, new, old, int(found["groups"]))
+    return ChangedGroups(new, old, int(found["groups"]))
 
 
 def output_change(ctx: StepContext, label: str, aggregate: AggregatePlan, groups: ChangedGroups,
