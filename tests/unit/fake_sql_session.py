@@ -288,6 +288,8 @@ class FakeSqlSession:
             if " AS groups" in statement:
                 row["groups"] = a.groups
             return [row]
+        if "HAVING SUM(n) > 1" in statement:  # unique_key: no key has two rows
+            return []
         if " AS removals" in statement:
             return [{"n": a.changes, "removals": a.removals}]
         if " AS ok" in statement:
