@@ -24,6 +24,7 @@ REPO_DIR = BENCH_DIR.parent
 
 # -- running dbt in-process ---------------------------------------------------------------------
 
+
 @dataclass
 class Statement:
     sql: str
@@ -58,7 +59,7 @@ class ProcessCpu:
     @staticmethod
     def _stat(pid: int) -> List[str]:
         text = Path(f"/proc/{pid}/stat").read_text()
-        return text[text.rindex(")") + 2:].split()  # fields after "pid (comm)"
+        return text[text.rindex(")") + 2 :].split()  # fields after "pid (comm)"
 
     def _descendants(self, root: int) -> List[int]:
         parents: Dict[int, int] = {}
@@ -107,14 +108,26 @@ class Dbt:
                 self._cpu_at[(name, node.split(".")[-1])] = self.cpu.seconds()
                 self._time_at[(name, node.split(".")[-1])] = time.monotonic()
 
-    def run(self, select: Sequence[str], extra: Sequence[str] = (),
-            check: bool = True) -> Tuple[float, Dict[str, NodeRun]]:
+    def run(
+        self, select: Sequence[str], extra: Sequence[str] = (), check: bool = True
+    ) -> Tuple[float, Dict[str, NodeRun]]:
         """One `dbt run` of `select`; with check=False a failed node is returned, not raised."""
         self._events = []
         self._cpu_at = {}
         self._time_at = {}
-        args = ["run", "--select", *select, *extra, "--project-dir", str(self.work),
-                "--profiles-dir", str(self.work), "--quiet", "--log-file-max-bytes", "0"]
+        args = [
+            "run",
+            "--select",
+            *select,
+            *extra,
+            "--project-dir",
+            str(self.work),
+            "--profiles-dir",
+            str(self.work),
+            "--quiet",
+            "--log-file-max-bytes",
+            "0",
+        ]
         started = time.monotonic()
         result = self.runner.invoke(args)
         wall = time.monotonic() - started
@@ -122,9 +135,12 @@ class Dbt:
             raise RuntimeError(f"dbt {' '.join(args)} failed: {result.exception or result.result}")
         nodes: Dict[str, NodeRun] = {}
         for item in result.result.results:
-            nodes[item.node.name] = NodeRun(item.node.name, str(item.status),
-                                            float(item.execution_time),
-                                            dict(item.adapter_response or {}))
+            nodes[item.node.name] = NodeRun(
+                item.node.name,
+                str(item.status),
+                float(item.execution_time),
+                dict(item.adapter_response or {}),
+            )
             if item.message and str(item.status) not in ("success", "RunStatus.Success"):
                 nodes[item.node.name].message = str(item.message)
             start = self._cpu_at.get(("NodeStart", item.node.name))
@@ -172,6 +188,7 @@ def statement_label(sql_text: str, width: int = 110) -> str:
 
 # -- measuring ----------------------------------------------------------------------------------
 
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -187,7 +204,9 @@ def multiset_difference(spark: Any, left: str, right: str) -> Tuple[int, int]:
     only_right = int(scalar(spark, f"SELECT COUNT(*) FROM ({right} EXCEPT ALL {left})"))
     return only_left, only_right
 
+
 # -- machine and versions -----------------------------------------------------------------------
+
 
 def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
     from importlib.metadata import version
@@ -208,15 +227,24 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
     except OSError:
         pass
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
-    git = lambda *a: subprocess.run(["git", *a], cwd=REPO_DIR, capture_output=True,  # noqa: E731
-                                    text=True).stdout.strip()
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=REPO_DIR, capture_output=True, text=True
+        ).stdout.strip()
+
     conf = spark.sparkContext.getConf()
     return {
-        "cores": os.cpu_count(), "cpu": cpu, "memory": memory,
-        "os": platform.platform(), "python": platform.python_version(),
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory": memory,
+        "os": platform.platform(),
+        "python": platform.python_version(),
         "java": java[0] if java else "?",
-        "pyspark": version("pyspark"), "delta-spark": version("delta-spark"),
-        "dbt-core": version("dbt-core"), "dbt-spark": version("dbt-spark"),
+        "pyspark": version("pyspark"),
+        "delta-spark": version("delta-spark"),
+        "dbt-core": version("dbt-core"),
+        "dbt-spark": version("dbt-spark"),
         "dbt-streamsql": version("dbt-streamsql"),
         "spark.master": conf.get("spark.master"),
         "spark.driver.memory": conf.get("spark.driver.memory"),
@@ -227,31 +255,49 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
     }
 
 
-
-def write_project_skeleton(work: Path, name: str, schema: str, driver_memory: str,
-                           sources: Dict[str, Sequence[str]]) -> Dict[str, Any]:
+def write_project_skeleton(
+    work: Path, name: str, schema: str, driver_memory: str, sources: Dict[str, Sequence[str]]
+) -> Dict[str, Any]:
     """dbt_project.yml, profiles.yml (embedded session, one thread) and sources.yml in `work`.
 
     `sources` maps a source schema to its tables. Returns the profile target; the caller writes
     the models under `work / "models"`.
     """
     (work / "models").mkdir(parents=True, exist_ok=True)
-    (work / "dbt_project.yml").write_text(yaml.safe_dump({
-        "name": name, "version": "1.0", "config-version": 2,
-        "profile": name, "model-paths": ["models"],
-    }))
+    (work / "dbt_project.yml").write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "version": "1.0",
+                "config-version": 2,
+                "profile": name,
+                "model-paths": ["models"],
+            }
+        )
+    )
     target = {
-        "type": "streamsql", "method": "session", "schema": schema,
-        "warehouse_dir": str(work / "warehouse"), "master": "local[2]", "threads": 1,
+        "type": "streamsql",
+        "method": "session",
+        "schema": schema,
+        "warehouse_dir": str(work / "warehouse"),
+        "master": "local[2]",
+        "threads": 1,
         "server_side_parameters": {"spark.driver.memory": driver_memory},
     }
-    (work / "profiles.yml").write_text(yaml.safe_dump(
-        {name: {"target": "local", "outputs": {"local": target}}}))
-    (work / "models" / "sources.yml").write_text(yaml.safe_dump({
-        "version": 2,
-        "sources": [{"name": source, "schema": source, "tables": [{"name": t} for t in tables]}
-                    for source, tables in sources.items()],
-    }))
+    (work / "profiles.yml").write_text(
+        yaml.safe_dump({name: {"target": "local", "outputs": {"local": target}}})
+    )
+    (work / "models" / "sources.yml").write_text(
+        yaml.safe_dump(
+            {
+                "version": 2,
+                "sources": [
+                    {"name": source, "schema": source, "tables": [{"name": t} for t in tables]}
+                    for source, tables in sources.items()
+                ],
+            }
+        )
+    )
     return target
 
 
@@ -260,8 +306,11 @@ def machine_lines(info: Dict[str, Any]) -> List[str]:
     lines = []
     for key, value in info.items():
         if key == "git_dirty":
-            value = "clean" if not value else "modified: " + ", ".join(
-                line.split()[-1] for line in value.splitlines())
+            value = (
+                "clean"
+                if not value
+                else "modified: " + ", ".join(line.split()[-1] for line in value.splitlines())
+            )
             key = "dbt/ in the working tree"
         lines.append(f"- {key}: {value}")
     return lines
@@ -280,9 +329,14 @@ def start_session(target: Dict[str, Any]) -> Any:
 
     from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
 
-    spark = get_spark_session(SessionSettings(
-        warehouse_dir=target["warehouse_dir"], master=target["master"],
-        server_side_parameters=dict(target["server_side_parameters"]), lock_timeout=600))
+    spark = get_spark_session(
+        SessionSettings(
+            warehouse_dir=target["warehouse_dir"],
+            master=target["master"],
+            server_side_parameters=dict(target["server_side_parameters"]),
+            lock_timeout=600,
+        )
+    )
     # PySpark logs every SQL error with its JVM stack; the adapter expects some (table exists?).
     from pyspark.logger import PySparkLogger
 
@@ -361,15 +415,24 @@ def use_adapter_revision(revision: str, dest: Path) -> str:
     import io
     import tarfile
 
-    commit = subprocess.run(["git", "rev-parse", "--verify", revision + "^{commit}"], cwd=REPO_DIR,
-                            capture_output=True, text=True, check=True).stdout.strip()
-    archive = subprocess.run(["git", "archive", commit, "dbt"], cwd=REPO_DIR, capture_output=True,
-                             check=True).stdout
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", revision + "^{commit}"],
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", "archive", commit, "dbt"], cwd=REPO_DIR, capture_output=True, check=True
+    ).stdout
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dest, filter="data")
-    finders = [name for name in list(__import__("sys").modules)
-               if name.startswith("__editable___dbt_streamsql")]
+    finders = [
+        name
+        for name in list(__import__("sys").modules)
+        if name.startswith("__editable___dbt_streamsql")
+    ]
     if not finders:
         raise RuntimeError("dbt-streamsql is not an editable install; --adapter-rev needs one")
     finder = importlib.import_module(finders[0])

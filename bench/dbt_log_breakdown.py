@@ -69,14 +69,14 @@ def parse(log: Path) -> List[NodeRun]:
             continue
         at = datetime.combine(day.date(), datetime.strptime(match.group(1), "%H:%M:%S.%f").time())
         thread, text = match.group(2), match.group(3)
-        if (m := BEGAN.search(text)):
+        if m := BEGAN.search(text):
             open_runs[m.group(1)] = NodeRun(m.group(1), at)
-        elif (m := FINISHED.search(text)):
+        elif m := FINISHED.search(text):
             run = open_runs.pop(m.group(1), None)
             if run:
                 run.finished = at
                 runs.append(run)
-        elif (m := STATEMENT.match(text)):
+        elif m := STATEMENT.match(text):
             pending[thread] = (m.group(1), statement_name(m.group(2)))
         elif (m := STATUS.search(text)) and thread in pending:
             # dbt logs a statement's status on the thread that sent it, right after it
@@ -104,14 +104,20 @@ def breakdown(runs: Sequence[NodeRun]) -> List[str]:
             counts.setdefault(name, []).append(number[name])
     totals = [run.seconds for run in runs]
     sql = [sum(s for _, s in run.statements) for run in runs]
-    lines = [f"### {node} ({len(runs)} runs, median {statistics.median(totals):.2f} s; "
-             f"statements {statistics.median(sql):.2f} s, between them "
-             f"{statistics.median([t - s for t, s in zip(totals, sql)]):.2f} s)", "",
-             "| statement | times per run | median s |", "|---|---:|---:|"]
+    lines = [
+        f"### {node} ({len(runs)} runs, median {statistics.median(totals):.2f} s; "
+        f"statements {statistics.median(sql):.2f} s, between them "
+        f"{statistics.median([t - s for t, s in zip(totals, sql)]):.2f} s)",
+        "",
+        "| statement | times per run | median s |",
+        "|---|---:|---:|",
+    ]
     ranked = sorted(order, key=lambda n: -statistics.median(per_name[n]))
     for name in ranked:
-        lines.append(f"| `{name.replace('|', '/')}` | {statistics.median(counts[name]):g} | "
-                     f"{statistics.median(per_name[name]):.2f} |")
+        lines.append(
+            f"| `{name.replace('|', '/')}` | {statistics.median(counts[name]):g} | "
+            f"{statistics.median(per_name[name]):.2f} |"
+        )
     return lines + [""]
 
 
@@ -126,7 +132,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start, _, end = args.runs.partition(":")
     for node in wanted:
         mine = [r for r in runs if r.node == node]
-        mine = mine[int(start) if start else None:int(end) if end else None]
+        mine = mine[int(start) if start else None : int(end) if end else None]
         if mine:
             print("\n".join(breakdown(mine)))
     return 0

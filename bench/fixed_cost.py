@@ -57,17 +57,27 @@ MODELS: Dict[str, tuple] = {
     "p_scaled": ("projection", f"select id, v * 2 as v2, ts from {EVENTS}"),
     "p_filter": ("projection", f"select id, k, v from {EVENTS} where v > 50"),
     "p_hour": ("projection", f"select id, date_trunc('hour', ts) as hour from {EVENTS}"),
-    "p_union": ("projection", f"select id, k from {EVENTS} where k < 5 "
-                              f"union all select id, k from {EVENTS} where k > 90"),
-    "p_case": ("projection", f"select id, case when v > 50 then 'hi' else 'lo' end as band "
-                             f"from {EVENTS}"),
+    "p_union": (
+        "projection",
+        f"select id, k from {EVENTS} where k < 5 union all select id, k from {EVENTS} where k > 90",
+    ),
+    "p_case": (
+        "projection",
+        f"select id, case when v > 50 then 'hi' else 'lo' end as band from {EVENTS}",
+    ),
     "g_count": ("group by", f"select k, count(*) as n from {EVENTS} group by k"),
     "g_sum": ("group by", f"select k, sum(v) as total, avg(v) as mean from {EVENTS} group by k"),
     "g_max": ("group by", f"select k, max(v) as top, min(v) as low from {EVENTS} group by k"),
-    "g_hour": ("group by", f"select date_trunc('hour', ts) as hour, count(*) as n "
-                           f"from {EVENTS} group by date_trunc('hour', ts)"),
-    "g_window": ("group by", f"select window(ts, '10 minutes').start as w, k, count(*) as n "
-                             f"from {EVENTS} group by window(ts, '10 minutes'), k"),
+    "g_hour": (
+        "group by",
+        f"select date_trunc('hour', ts) as hour, count(*) as n "
+        f"from {EVENTS} group by date_trunc('hour', ts)",
+    ),
+    "g_window": (
+        "group by",
+        f"select window(ts, '10 minutes').start as w, k, count(*) as n "
+        f"from {EVENTS} group by window(ts, '10 minutes'), k",
+    ),
     "g_global": ("group by", f"select count(*) as n, sum(v) as total from {EVENTS}"),
     "j_dims": ("join", f"select e.id, e.v, d.label from {EVENTS} e join {DIMS} d on e.k = d.k"),
     "j_left": ("join", f"select e.id, d.label from {EVENTS} e left join {DIMS} d on e.k = d.k"),
@@ -95,9 +105,11 @@ def create_sources(spark: Any) -> None:
 
 
 def append(spark: Any, start: int, rows: int) -> None:
-    spark.sql(f"INSERT INTO {SOURCE}.events SELECT id, CAST(pmod(xxhash64(id), 100) AS INT), "
-              f"CAST(pmod(xxhash64(id, 1), 100) AS INT), "
-              f"timestamp_seconds(1704067200 + id) FROM range({start}, {start + rows})")
+    spark.sql(
+        f"INSERT INTO {SOURCE}.events SELECT id, CAST(pmod(xxhash64(id), 100) AS INT), "
+        f"CAST(pmod(xxhash64(id, 1), 100) AS INT), "
+        f"timestamp_seconds(1704067200 + id) FROM range({start}, {start + rows})"
+    )
 
 
 def by_kind(runs: List[Dict[str, NodeRun]]) -> Dict[str, float]:
@@ -116,8 +128,12 @@ def cold_run(work: Path) -> Dict[str, Any]:
     if log.exists():
         log.unlink()
     started = time.time()
-    result = subprocess.run([dbt, "run", "--project-dir", str(work), "--profiles-dir", str(work)],
-                            cwd=work, capture_output=True, text=True)
+    result = subprocess.run(
+        [dbt, "run", "--project-dir", str(work), "--profiles-dir", str(work)],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     wall = time.time() - started
     if result.returncode != 0:
         raise RuntimeError(f"cold dbt run failed:\n{result.stdout[-3000:]}")
@@ -125,11 +141,14 @@ def cold_run(work: Path) -> Dict[str, Any]:
     first_model = _log_time(text, r"1 of \d+ START")
     spark_start = _log_time(text, r"Starting embedded Spark")
     spark_ready = _log_time(text, r"Embedded Spark started in")
-    return {"wall_s": wall,
-            "before_first_model_s": first_model - started if first_model else None,
-            "embedded_spark_start_s": (spark_ready - spark_start
-                                       if spark_ready and spark_start else None),
-            "models_s": started + wall - first_model if first_model else None}
+    return {
+        "wall_s": wall,
+        "before_first_model_s": first_model - started if first_model else None,
+        "embedded_spark_start_s": (
+            spark_ready - spark_start if spark_ready and spark_start else None
+        ),
+        "models_s": started + wall - first_model if first_model else None,
+    }
 
 
 def _log_time(text: str, pattern: str) -> Any:
@@ -138,17 +157,19 @@ def _log_time(text: str, pattern: str) -> Any:
             match = re.search(r"(\d\d):(\d\d):(\d\d)\.(\d+)", line)
             if match:
                 now = datetime.now()
-                clock = now.replace(hour=int(match.group(1)), minute=int(match.group(2)),
-                                    second=int(match.group(3)),
-                                    microsecond=int(match.group(4)[:6].ljust(6, "0")))
+                clock = now.replace(
+                    hour=int(match.group(1)),
+                    minute=int(match.group(2)),
+                    second=int(match.group(3)),
+                    microsecond=int(match.group(4)[:6].ljust(6, "0")),
+                )
                 return clock.timestamp()
     return None
 
 
 def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
     """The first build, the steps and the no-change runs in this process (one JVM)."""
-    target = write_project_skeleton(work, "fixed_cost", SCHEMA, "4g",
-                                    {SOURCE: ["events", "dims"]})
+    target = write_project_skeleton(work, "fixed_cost", SCHEMA, "4g", {SOURCE: ["events", "dims"]})
     write_models(work)
     spark = start_session(target)
     info = machine_info(spark)
@@ -175,25 +196,37 @@ def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
     floor_walls: List[float] = []
     for number in range(args.floor_runs):
         wall, nodes = dbt.run(names)
-        skipped = [n for n in nodes.values()
-                   if "inputs unchanged" in str(n.adapter.get("_message"))]
+        skipped = [
+            n for n in nodes.values() if "inputs unchanged" in str(n.adapter.get("_message"))
+        ]
         floors.append(nodes)
         floor_walls.append(wall)
-        print(f"no-change run {number + 1}: {wall:.1f} s ({len(skipped)} of {len(nodes)} "
-              "models skipped)", flush=True)
+        print(
+            f"no-change run {number + 1}: {wall:.1f} s ({len(skipped)} of {len(nodes)} "
+            "models skipped)",
+            flush=True,
+        )
     spark.stop()
     return {
-        "machine": info, "next_id": next_id, "first_build_s": first_build,
-        "step_by_kind_s": by_kind(steps), "no_change_by_kind_s": by_kind(floors),
-        "step_wall_s": step_walls, "no_change_wall_s": floor_walls,
+        "machine": info,
+        "next_id": next_id,
+        "first_build_s": first_build,
+        "step_by_kind_s": by_kind(steps),
+        "no_change_by_kind_s": by_kind(floors),
+        "step_wall_s": step_walls,
+        "no_change_wall_s": floor_walls,
         "statements_per_step": {n: len(node.statements) for n, node in steps[-1].items()},
         "statements_per_no_change": {n: len(node.statements) for n, node in floors[-1].items()},
         "steps": [{n: node.execution_time for n, node in nodes.items()} for nodes in steps],
         "no_change": [{n: node.execution_time for n, node in nodes.items()} for nodes in floors],
         # where one step's time goes, statement by statement, for one model of each kind
-        "step_statements": {name: [[round(st.span or 0.0, 3), statement_label(st.sql, 160)]
-                                   for st in steps[-1][name].statements]
-                            for name in BREAKDOWN},
+        "step_statements": {
+            name: [
+                [round(st.span or 0.0, 3), statement_label(st.sql, 160)]
+                for st in steps[-1][name].statements
+            ]
+            for name in BREAKDOWN
+        },
     }
 
 
@@ -218,8 +251,10 @@ def main(argv: Any = None) -> int:
     # until it exits, and the cold `dbt run` processes below need it.
     warm_json = work.parent / f"{work.name}-warm.json"
     forwarded = sys.argv[1:] if argv is None else list(argv)
-    subprocess.run([sys.executable, str(Path(__file__).resolve()), *forwarded,
-                    "--warm-json", str(warm_json)], check=True)
+    subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), *forwarded, "--warm-json", str(warm_json)],
+        check=True,
+    )
     warm = json.loads(warm_json.read_text())
     warm_json.unlink()
 
@@ -227,8 +262,9 @@ def main(argv: Any = None) -> int:
     cold: Dict[str, List[Dict[str, Any]]] = {"no change": [], "step": []}
     for number in range(args.cold_runs):
         cold["no change"].append(cold_run(work))
-        print(f"cold no-change run {number + 1}: {cold['no change'][-1]['wall_s']:.1f} s",
-              flush=True)
+        print(
+            f"cold no-change run {number + 1}: {cold['no change'][-1]['wall_s']:.1f} s", flush=True
+        )
     for number in range(args.cold_runs):  # new rows, appended by a short process of their own
         _append_in_process(work, next_id, args.step_rows)
         next_id += args.step_rows
@@ -239,7 +275,8 @@ def main(argv: Any = None) -> int:
         "command": "python bench/fixed_cost.py " + " ".join(forwarded),
         "started": datetime.now(timezone.utc).isoformat(),
         "models": {name: kind for name, (kind, _) in MODELS.items()},
-        **warm, "cold": cold,
+        **warm,
+        "cold": cold,
     }
     out = Path(args.results_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -257,51 +294,73 @@ def _append_in_process(work: Path, start: int, rows: int) -> None:
         "target = yaml.safe_load(open(%r))['fixed_cost']['outputs']['local']\n"
         "spark = start_session(target)\nfixed_cost.append(spark, %d, %d)\nspark.stop()\n"
     ) % (str(BENCH_DIR), str(work / "profiles.yml"), start, rows)
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=work,
-                   env=dict(os.environ))
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        cwd=work,
+        env=dict(os.environ),
+    )
 
 
 def report(results: Dict[str, Any]) -> str:
     steps, floors = results["step_by_kind_s"], results["no_change_by_kind_s"]
     count = {kind: sum(1 for k in results["models"].values() if k == kind) for kind in steps}
     lines = [
-        "# Fixed cost of a step: 16 incremental views, a few dozen new rows per step", "",
+        "# Fixed cost of a step: 16 incremental views, a few dozen new rows per step",
+        "",
         f"Command: `{results['command']}`  ",
-        f"Run: {results['started']}", "",
+        f"Run: {results['started']}",
+        "",
         "One warm process (dbt in-process, one JVM): seconds per model (dbt's `execution_time`, "
-        "median over the runs and the models of a kind).", "",
+        "median over the runs and the models of a kind).",
+        "",
         "| model kind | models | step (new rows) s | no-change run s |",
         "|---|---:|---:|---:|",
     ]
     for kind in steps:
         lines.append(f"| {kind} | {count[kind]} | {fmt(steps[kind])} | {fmt(floors[kind])} |")
     lines += [
-        "", f"Whole `dbt run` of the 16 models: step {fmt(median(results['step_wall_s']))} s, "
+        "",
+        f"Whole `dbt run` of the 16 models: step {fmt(median(results['step_wall_s']))} s, "
         f"no-change {fmt(median(results['no_change_wall_s']))} s (medians). First build "
-        f"{fmt(results['first_build_s'])} s.", "",
+        f"{fmt(results['first_build_s'])} s.",
+        "",
         "Statements a model runs (last step / last no-change run): "
-        + ", ".join(f"{name} {results['statements_per_step'][name]} / "
-                    f"{results['statements_per_no_change'][name]}"
-                    for name in results["models"]) + ".", "",
+        + ", ".join(
+            f"{name} {results['statements_per_step'][name]} / "
+            f"{results['statements_per_no_change'][name]}"
+            for name in results["models"]
+        )
+        + ".",
+        "",
     ]
     for name, statements in results.get("step_statements", {}).items():
         total = sum(span for span, _ in statements)
-        lines += [f"### Where the last step of `{name}` ({results['models'][name]}) went: "
-                  f"{fmt(total)} s over {len(statements)} statements", "",
-                  "| s | statement (until the next one starts) |", "|---:|---|"]
+        lines += [
+            f"### Where the last step of `{name}` ({results['models'][name]}) went: "
+            f"{fmt(total)} s over {len(statements)} statements",
+            "",
+            "| s | statement (until the next one starts) |",
+            "|---:|---|",
+        ]
         lines += [f"| {fmt(span)} | `{sql.replace('|', '/')}` |" for span, sql in statements]
         lines.append("")
     lines += [
-        "## A cold `dbt run` process (as from cron)", "",
+        "## A cold `dbt run` process (as from cron)",
+        "",
         "| run | wall s | before the first model s | of which the embedded Spark start s | "
-        "models s |", "|---|---:|---:|---:|---:|",
+        "models s |",
+        "|---|---:|---:|---:|---:|",
     ]
     for kind, runs in results["cold"].items():
         for run in runs:
-            lines.append(f"| {kind} | {fmt(run['wall_s'])} | "
-                         f"{fmt(run['before_first_model_s'] or float('nan'))} | "
-                         f"{fmt(run['embedded_spark_start_s'] or float('nan'))} | "
-                         f"{fmt(run['models_s'] or float('nan'))} |")
+            lines.append(
+                f"| {kind} | {fmt(run['wall_s'])} | "
+                f"{fmt(run['before_first_model_s'] or float('nan'))} | "
+                f"{fmt(run['embedded_spark_start_s'] or float('nan'))} | "
+                f"{fmt(run['models_s'] or float('nan'))} |"
+            )
     lines += ["", "## Machine", ""] + machine_lines(results["machine"]) + [""]
     return "\n".join(lines)
 

@@ -50,8 +50,12 @@ from nexmark.queries import QUERIES, STREAM_WATERMARK, Query, render
 
 TARGET_SCHEMA = "bench"
 APPROACHES = ("view", "table", "incremental", "stream")
-LABELS = {"view": "incremental_view", "table": "table (full rebuild)",
-          "incremental": "incremental (merge)", "stream": "Structured Streaming"}
+LABELS = {
+    "view": "incremental_view",
+    "table": "table (full rebuild)",
+    "incremental": "incremental (merge)",
+    "stream": "Structured Streaming",
+}
 MODEL_SUFFIX = {"view": "view", "table": "table", "incremental": "incr"}
 
 
@@ -61,10 +65,13 @@ def model_name(query: str, approach: str) -> str:
 
 # -- the dbt project ----------------------------------------------------------------------------
 
-def write_project(work: Path, driver_memory: str, queries: Sequence[Query],
-                  approaches: Sequence[str]) -> Dict[str, Any]:
-    target = write_project_skeleton(work, "nexmark_bench", TARGET_SCHEMA, driver_memory,
-                                    {generator.SCHEMA: list(generator.DDL)})
+
+def write_project(
+    work: Path, driver_memory: str, queries: Sequence[Query], approaches: Sequence[str]
+) -> Dict[str, Any]:
+    target = write_project_skeleton(
+        work, "nexmark_bench", TARGET_SCHEMA, driver_memory, {generator.SCHEMA: list(generator.DDL)}
+    )
     refs = {t: "{{ source('%s', '%s') }}" % (generator.SCHEMA, t) for t in generator.DDL}
     for q in queries:
         models = {}
@@ -74,18 +81,25 @@ def write_project(work: Path, driver_memory: str, queries: Sequence[Query],
         if True:  # `table` always: the reference every approach is compared with
             models["table"] = ({"materialized": "table"}, q.sql)
         if "incremental" in approaches and q.incremental:
-            models["incremental"] = ({"materialized": "incremental",
-                                      "incremental_strategy": "merge",
-                                      "unique_key": q.unique_key}, q.incremental)
+            models["incremental"] = (
+                {
+                    "materialized": "incremental",
+                    "incremental_strategy": "merge",
+                    "unique_key": q.unique_key,
+                },
+                q.incremental,
+            )
         for approach, (config, sql) in models.items():
             text = "{{ config(%s) }}\n%s\n" % (
                 ", ".join(f"{k}={v!r}" for k, v in config.items()),
-                render(sql, refs, this="{{ this }}"))
+                render(sql, refs, this="{{ this }}"),
+            )
             (work / "models" / f"{model_name(q.name, approach)}.sql").write_text(text)
     return target
 
 
 # -- Structured Streaming -----------------------------------------------------------------------
+
 
 class StreamJob:
     """One query as a Structured Streaming job: Delta sources with a watermark on date_time,
@@ -102,29 +116,42 @@ class StreamJob:
         session = batch.sparkSession
         exists = session.catalog.tableExists(self.table)
         if self.query.stream_mode == "append" or not exists:
-            (batch.write.format("delta").mode("append")
-             .option("txnAppId", f"nexmark-{self.query.name}").option("txnVersion", batch_id)
-             .saveAsTable(self.table))
+            (
+                batch.write.format("delta")
+                .mode("append")
+                .option("txnAppId", f"nexmark-{self.query.name}")
+                .option("txnVersion", batch_id)
+                .saveAsTable(self.table)
+            )
             return
         view = f"nexmark_batch_{self.query.name}"
         batch.createOrReplaceTempView(view)
         on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.query.stream_key)
-        session.sql(f"MERGE INTO {self.table} t USING {view} s ON {on} "
-                    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+        session.sql(
+            f"MERGE INTO {self.table} t USING {view} s ON {on} "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
 
     def run(self) -> None:
         names = {}
         for table in self.query.inputs:
             name = f"nexmark_stream_{table}"
-            (self.spark.readStream.format("delta").table(f"{generator.SCHEMA}.{table}")
-             .withWatermark("date_time", STREAM_WATERMARK).createOrReplaceTempView(name))
+            (
+                self.spark.readStream.format("delta")
+                .table(f"{generator.SCHEMA}.{table}")
+                .withWatermark("date_time", STREAM_WATERMARK)
+                .createOrReplaceTempView(name)
+            )
             names[table] = name
         frame = self.spark.sql(render(self.query.sql, names))
-        handle = (frame.writeStream.foreachBatch(self._write_batch)
-                  .outputMode(self.query.stream_mode)
-                  .option("checkpointLocation", str(self.checkpoint))
-                  .queryName(f"nexmark_{self.query.name}")
-                  .trigger(availableNow=True).start())
+        handle = (
+            frame.writeStream.foreachBatch(self._write_batch)
+            .outputMode(self.query.stream_mode)
+            .option("checkpointLocation", str(self.checkpoint))
+            .queryName(f"nexmark_{self.query.name}")
+            .trigger(availableNow=True)
+            .start()
+        )
         handle.awaitTermination()
         if handle.exception() is not None:
             raise RuntimeError(str(handle.exception()))
@@ -134,9 +161,18 @@ class StreamJob:
 
 # -- one history size ---------------------------------------------------------------------------
 
+
 class Bench:
-    def __init__(self, spark: Any, dbt: Dbt, memory: MemorySampler, work: Path,
-                 queries: Sequence[Query], approaches: Sequence[str], args: argparse.Namespace):
+    def __init__(
+        self,
+        spark: Any,
+        dbt: Dbt,
+        memory: MemorySampler,
+        work: Path,
+        queries: Sequence[Query],
+        approaches: Sequence[str],
+        args: argparse.Namespace,
+    ):
         self.spark, self.dbt, self.memory, self.work = spark, dbt, memory, work
         self.queries, self.approaches, self.args = list(queries), list(approaches), args
         self.unsupported: Dict[Tuple[str, str], str] = {}
@@ -163,8 +199,10 @@ class Bench:
                     self._fail(q.name, approach, phase, f"{type(exc).__name__}: {exc}")
                     continue
                 finished = time.monotonic()
-                out[q.name] = {"seconds": finished - started,
-                               "heap_peak_mib": self.memory.peak(started, finished)}
+                out[q.name] = {
+                    "seconds": finished - started,
+                    "heap_peak_mib": self.memory.peak(started, finished),
+                }
             return out
         names = {model_name(q.name, approach): q.name for q in queries}
         _, nodes = self.dbt.run(list(names), check=False)
@@ -173,20 +211,39 @@ class Bench:
             if node.status != "success":
                 self._fail(query, approach, phase, node.message or node.status)
                 continue
-            out[query] = {"seconds": node.execution_time, "cpu_s": node.cpu_s,
-                          "heap_peak_mib": self.memory.peak(node.started, node.finished)}
+            out[query] = {
+                "seconds": node.execution_time,
+                "cpu_s": node.cpu_s,
+                "heap_peak_mib": self.memory.peak(node.started, node.finished),
+            }
             if approach == "view":
-                out[query]["adapter"] = {k: node.adapter.get(k) for k in (
-                    "step", "plan", "reason", "changes_read", "applied", "late", "held",
-                    "seconds")}
+                out[query]["adapter"] = {
+                    k: node.adapter.get(k)
+                    for k in (
+                        "step",
+                        "plan",
+                        "reason",
+                        "changes_read",
+                        "applied",
+                        "late",
+                        "held",
+                        "seconds",
+                    )
+                }
         return out
 
     def _fail(self, query: str, approach: str, phase: str, message: str) -> None:
         # Spark wraps the cause (e.g. an AnalysisException inside foreachBatch): show the cause.
-        causes = [line.split("AnalysisException: ", 1)[1] for line in message.splitlines()
-                  if "AnalysisException: " in line]
-        first_line = causes[-1] if causes else (
-            message.strip().splitlines()[0] if message.strip() else message)
+        causes = [
+            line.split("AnalysisException: ", 1)[1]
+            for line in message.splitlines()
+            if "AnalysisException: " in line
+        ]
+        first_line = (
+            causes[-1]
+            if causes
+            else (message.strip().splitlines()[0] if message.strip() else message)
+        )
         if causes:
             message = f"AnalysisException: {causes[-1]}\n\n{message}"
         print(f"  {query} {approach}: FAILED in {phase}: {first_line[:300]}", flush=True)
@@ -196,8 +253,9 @@ class Bench:
         return {a: self.run_approach(a, phase) for a in self.approaches}
 
 
-def run_history(spark: Any, bench: Bench, history_bids: int,
-                args: argparse.Namespace) -> Dict[str, Any]:
+def run_history(
+    spark: Any, bench: Bench, history_bids: int, args: argparse.Namespace
+) -> Dict[str, Any]:
     out: Dict[str, Any] = {"history_bids": history_bids, "setup": {}, "step_sizes": []}
     say = lambda text: print(f"[{history_bids:>11,} bids] {text}", flush=True)  # noqa: E731
     for schema in (TARGET_SCHEMA, generator.SCHEMA):
@@ -222,31 +280,50 @@ def run_history(spark: Any, bench: Bench, history_bids: int,
         size: Dict[str, Any] = {"step_events": step_events, "steps": []}
         for number in range(1, args.steps + 1):
             started = time.monotonic()
-            appended = generator.append_events(spark, next_event, next_event + step_events,
-                                               args.seed)
+            appended = generator.append_events(
+                spark, next_event, next_event + step_events, args.seed
+            )
             next_event += step_events
-            record = {"step": number, "append_s": time.monotonic() - started,
-                      "appended": appended, "load_average": os.getloadavg()[0]}
+            record = {
+                "step": number,
+                "append_s": time.monotonic() - started,
+                "appended": appended,
+                "load_average": os.getloadavg()[0],
+            }
             record.update(bench.run_all(f"step {number} of {step_events:,} events"))
             size["steps"].append(record)
-            say(f"{step_events:,} events, step {number}: " + "; ".join(
-                f"{a} " + " ".join(f"{q}={r['seconds']:.1f}" for q, r in record[a].items())
-                for a in bench.approaches))
+            say(
+                f"{step_events:,} events, step {number}: "
+                + "; ".join(
+                    f"{a} " + " ".join(f"{q}={r['seconds']:.1f}" for q, r in record[a].items())
+                    for a in bench.approaches
+                )
+            )
         out["step_sizes"].append(size)
 
     out["floor"] = []
     for number in range(1, args.floor_runs + 1):
         record = bench.run_all(f"no-change step {number}")
         out["floor"].append(record)
-        say(f"no-change step {number}: " + "; ".join(
-            f"{a} " + " ".join(f"{q}={r['seconds']:.1f}" for q, r in record[a].items())
-            for a in bench.approaches))
+        say(
+            f"no-change step {number}: "
+            + "; ".join(
+                f"{a} " + " ".join(f"{q}={r['seconds']:.1f}" for q, r in record[a].items())
+                for a in bench.approaches
+            )
+        )
     out["events"] = next_event
     try:
         out["verification"] = verify(spark, bench)
     except Exception as exc:  # noqa: BLE001 - still write the timings
-        out["verification"] = [{"query": "*", "approach": "*", "equal": False,
-                                "verdict": f"verification crashed: {type(exc).__name__}: {exc}"}]
+        out["verification"] = [
+            {
+                "query": "*",
+                "approach": "*",
+                "equal": False,
+                "verdict": f"verification crashed: {type(exc).__name__}: {exc}",
+            }
+        ]
     for check in out["verification"]:
         say(f"verify {check['query']} {check['approach']}: {check['verdict']}")
     out["summary"] = summarize(out, bench)
@@ -260,8 +337,9 @@ def verify(spark: Any, bench: Bench) -> List[Dict[str, Any]]:
     for q in bench.queries:
         reference = model_name(q.name, "table")
         if reference not in tables or (q.name, "table") in bench.unsupported:
-            checks.append({"query": q.name, "approach": "table", "verdict": "no reference",
-                           "equal": None})
+            checks.append(
+                {"query": q.name, "approach": "table", "verdict": "no reference", "equal": None}
+            )
             continue
         columns = ", ".join(f"`{c}`" for c in spark.table(f"{TARGET_SCHEMA}.{reference}").columns)
         rows = int(scalar(spark, f"SELECT COUNT(*) FROM {TARGET_SCHEMA}.{reference}"))
@@ -277,24 +355,43 @@ def verify(spark: Any, bench: Bench) -> List[Dict[str, Any]]:
             watermark = bench.streams[q.name].watermark
             if approach == "stream" and q.stream_closed:
                 if not watermark:
-                    checks.append({"query": q.name, "approach": approach, "equal": False,
-                                   "verdict": "no watermark reported by the stream"})
+                    checks.append(
+                        {
+                            "query": q.name,
+                            "approach": approach,
+                            "equal": False,
+                            "verdict": "no watermark reported by the stream",
+                        }
+                    )
                     continue
                 closed = q.stream_closed.replace(
-                    "@watermark", f"timestamp'{watermark.replace('T', ' ').rstrip('Z')}'")
+                    "@watermark", f"timestamp'{watermark.replace('T', ' ').rstrip('Z')}'"
+                )
                 left, right = f"{left} WHERE {closed}", f"{right} WHERE {closed}"
                 compared = int(scalar(spark, f"SELECT COUNT(*) FROM ({right})"))
-                scope = (f" on the {compared:,} of {rows:,} rows of windows closed by the "
-                         f"stream's watermark {watermark} ({closed})")
+                scope = (
+                    f" on the {compared:,} of {rows:,} rows of windows closed by the "
+                    f"stream's watermark {watermark} ({closed})"
+                )
             only_other, only_table = multiset_difference(spark, left, right)
             equal = only_other == 0 and only_table == 0
-            checks.append({"query": q.name, "approach": approach, "rows": rows,
-                           "compared_rows": compared,
-                           "only_in_approach": only_other, "only_in_table": only_table,
-                           "equal": equal,
-                           "verdict": (f"EQUAL ({rows:,} rows{scope})" if equal else
-                                       f"DIFFERENT ({only_other} rows only in {approach}, "
-                                       f"{only_table} only in the table{scope})")})
+            checks.append(
+                {
+                    "query": q.name,
+                    "approach": approach,
+                    "rows": rows,
+                    "compared_rows": compared,
+                    "only_in_approach": only_other,
+                    "only_in_table": only_table,
+                    "equal": equal,
+                    "verdict": (
+                        f"EQUAL ({rows:,} rows{scope})"
+                        if equal
+                        else f"DIFFERENT ({only_other} rows only in {approach}, "
+                        f"{only_table} only in the table{scope})"
+                    ),
+                }
+            )
     return checks
 
 
@@ -311,8 +408,9 @@ def summarize(out: Dict[str, Any], bench: Bench) -> Dict[str, Any]:
                 floors = [f[approach][q.name] for f in out["floor"] if q.name in f[approach]]
                 if not steps:
                     continue
-                heaps = [s["heap_peak_mib"] for s in steps + floors
-                         if s.get("heap_peak_mib") is not None]
+                heaps = [
+                    s["heap_peak_mib"] for s in steps + floors if s.get("heap_peak_mib") is not None
+                ]
                 row[approach] = {
                     "step_s": median([s["seconds"] for s in steps]),
                     "step_min_s": min(s["seconds"] for s in steps),
@@ -322,15 +420,18 @@ def summarize(out: Dict[str, Any], bench: Bench) -> Dict[str, Any]:
                 }
                 if approach == "view":
                     adapter = steps[-1].get("adapter", {})
-                    row[approach].update(plan=adapter.get("plan"), reason=adapter.get("reason"),
-                                         late=sum(int(s.get("adapter", {}).get("late") or 0)
-                                                  for s in steps))
+                    row[approach].update(
+                        plan=adapter.get("plan"),
+                        reason=adapter.get("reason"),
+                        late=sum(int(s.get("adapter", {}).get("late") or 0) for s in steps),
+                    )
             per_query[q.name] = row
         summary[str(size["step_events"])] = per_query
     return summary
 
 
 # -- report -------------------------------------------------------------------------------------
+
 
 def write_report(results: Dict[str, Any], path: Path) -> None:
     info = results["machine"]
@@ -366,71 +467,125 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
     ]
     for history in results["histories"]:
         for size_key, per_query in history["summary"].items():
-            lines += ["", f"## {history['history_bids']:,} bids of history, steps of "
-                      f"{int(size_key):,} events", "",
-                      "| query | view plan | " + " | ".join(
-                          f"{LABELS[a]} s" for a in approaches) + " | " + " | ".join(
-                          f"{LABELS[a]} / view" for a in approaches if a != "view")
-                      + " | fastest | floor s (" + " / ".join(approaches) + ") | peak heap MiB ("
-                      + " / ".join(approaches) + ") |",
-                      "|---|---|" + "---:|" * len(approaches)
-                      + "---:|" * (len(approaches) - 1) + "---|---|---|"]
+            lines += [
+                "",
+                f"## {history['history_bids']:,} bids of history, steps of "
+                f"{int(size_key):,} events",
+                "",
+                "| query | view plan | "
+                + " | ".join(f"{LABELS[a]} s" for a in approaches)
+                + " | "
+                + " | ".join(f"{LABELS[a]} / view" for a in approaches if a != "view")
+                + " | fastest | floor s ("
+                + " / ".join(approaches)
+                + ") | peak heap MiB ("
+                + " / ".join(approaches)
+                + ") |",
+                "|---|---|"
+                + "---:|" * len(approaches)
+                + "---:|" * (len(approaches) - 1)
+                + "---|---|---|",
+            ]
             for query, row in per_query.items():
                 view = row.get("view", {}).get("step_s")
                 cells = [fmt(row[a]["step_s"]) if a in row else "-" for a in approaches]
-                ratios = [f"{row[a]['step_s'] / view:.2f}x" if a in row and view else "-"
-                          for a in approaches if a != "view"]
-                floors = " / ".join(fmt(row[a]["floor_s"]) if a in row else "-"
-                                    for a in approaches)
-                heaps = " / ".join(f"{row[a]['heap_peak_mib']:,.0f}"
-                                   if a in row and row[a]["heap_peak_mib"] else "-"
-                                   for a in approaches)
+                ratios = [
+                    f"{row[a]['step_s'] / view:.2f}x" if a in row and view else "-"
+                    for a in approaches
+                    if a != "view"
+                ]
+                floors = " / ".join(fmt(row[a]["floor_s"]) if a in row else "-" for a in approaches)
+                heaps = " / ".join(
+                    f"{row[a]['heap_peak_mib']:,.0f}"
+                    if a in row and row[a]["heap_peak_mib"]
+                    else "-"
+                    for a in approaches
+                )
                 plan = row.get("view", {}).get("plan") or "-"
                 fastest = fastest_approach(row)
-                lines.append(f"| {query} | {plan} | " + " | ".join(cells) + " | "
-                             + " | ".join(ratios) + f" | {LABELS[fastest] if fastest else '-'}"
-                             f" | {floors} | {heaps} |")
-    lines += ["", "## Plans of the incremental views", "",
-              "| query | plan | reason | late rows (all steps) |", "|---|---|---|---:|"]
+                lines.append(
+                    f"| {query} | {plan} | "
+                    + " | ".join(cells)
+                    + " | "
+                    + " | ".join(ratios)
+                    + f" | {LABELS[fastest] if fastest else '-'}"
+                    f" | {floors} | {heaps} |"
+                )
+    lines += [
+        "",
+        "## Plans of the incremental views",
+        "",
+        "| query | plan | reason | late rows (all steps) |",
+        "|---|---|---|---:|",
+    ]
     last = results["histories"][-1] if results["histories"] else None
     if last and last["summary"]:
         per_query = next(iter(last["summary"].values()))
         for query, row in per_query.items():
             view = row.get("view", {})
             reason = str(view.get("reason") or "").replace("|", "\\|")
-            lines.append(f"| {query} | {view.get('plan', '-')} | {reason} | "
-                         f"{view.get('late', '-')} |")
+            lines.append(
+                f"| {query} | {view.get('plan', '-')} | {reason} | {view.get('late', '-')} |"
+            )
     lines += ["", "## Not measured (query, approach) and why", ""]
     for (query, approach), reason in sorted(results["unsupported"].items()):
         reason = reason.replace("\n", " ").replace("|", "\\|")
         if len(reason) > 600:
             reason = reason[:600] + " ..."
         lines.append(f"- **{query}, {LABELS[approach]}**: {reason}")
-    lines += ["", "## Correctness after the last step", "",
-              "Each approach vs. the `table` model (EXCEPT ALL both ways, the query's columns):",
-              "", "| history bids | query | approach | verdict |", "|---:|---|---|---|"]
+    lines += [
+        "",
+        "## Correctness after the last step",
+        "",
+        "Each approach vs. the `table` model (EXCEPT ALL both ways, the query's columns):",
+        "",
+        "| history bids | query | approach | verdict |",
+        "|---:|---|---|---|",
+    ]
     for history in results["histories"]:
         for check in history["verification"]:
-            lines.append(f"| {history['history_bids']:,} | {check['query']} | "
-                         f"{check['approach']} | {check['verdict']} |")
-    lines += ["", "## Every step", "", "Seconds per query and approach; load = 1-minute load "
-              f"average (the machine has {info['cores']} cores).", ""]
+            lines.append(
+                f"| {history['history_bids']:,} | {check['query']} | "
+                f"{check['approach']} | {check['verdict']} |"
+            )
+    lines += [
+        "",
+        "## Every step",
+        "",
+        "Seconds per query and approach; load = 1-minute load "
+        f"average (the machine has {info['cores']} cores).",
+        "",
+    ]
     for history in results["histories"]:
         for size in history["step_sizes"]:
-            lines += [f"{history['history_bids']:,} bids, steps of {size['step_events']:,} "
-                      "events:", "", "| step | load | " + " | ".join(approaches) + " |",
-                      "|---:|---:|" + "---|" * len(approaches)]
+            lines += [
+                f"{history['history_bids']:,} bids, steps of {size['step_events']:,} events:",
+                "",
+                "| step | load | " + " | ".join(approaches) + " |",
+                "|---:|---:|" + "---|" * len(approaches),
+            ]
             for step in size["steps"]:
-                lines.append(f"| {step['step']} | {step['load_average']:.1f} | " + " | ".join(
-                    " ".join(f"{q} {r['seconds']:.1f}" for q, r in step[a].items())
-                    for a in approaches) + " |")
+                lines.append(
+                    f"| {step['step']} | {step['load_average']:.1f} | "
+                    + " | ".join(
+                        " ".join(f"{q} {r['seconds']:.1f}" for q, r in step[a].items())
+                        for a in approaches
+                    )
+                    + " |"
+                )
             lines.append("")
-        lines += [f"Setup at {history['history_bids']:,} bids: generate "
-                  f"{history['setup']['generate_s']:.1f} s ({history['setup']['history_rows']}); "
-                  "first build: " + "; ".join(
-                      f"{a} " + " ".join(f"{q} {r['seconds']:.1f}"
-                                         for q, r in history["setup"][a].items())
-                      for a in approaches) + ".", ""]
+        lines += [
+            f"Setup at {history['history_bids']:,} bids: generate "
+            f"{history['setup']['generate_s']:.1f} s ({history['setup']['history_rows']}); "
+            "first build: "
+            + "; ".join(
+                f"{a} "
+                + " ".join(f"{q} {r['seconds']:.1f}" for q, r in history["setup"][a].items())
+                for a in approaches
+            )
+            + ".",
+            "",
+        ]
     lines += ["## Machine", ""]
     lines += machine_lines(info)
     name = results.get("output_name", "nexmark")
@@ -455,10 +610,15 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
     if not panels:
         return
     approaches = results["approaches"]
-    colors = {"view": "tab:blue", "table": "tab:red", "incremental": "tab:orange",
-              "stream": "tab:green"}
-    figure, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False,
-                                layout="constrained")  # room for a wrapped title
+    colors = {
+        "view": "tab:blue",
+        "table": "tab:red",
+        "incremental": "tab:orange",
+        "stream": "tab:green",
+    }
+    figure, axes = plt.subplots(
+        len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False, layout="constrained"
+    )  # room for a wrapped title
     for axis, (history, key) in zip(axes[:, 0], panels):
         per_query = history["summary"][key]
         queries = list(per_query)
@@ -466,17 +626,28 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
         smallest, largest = float("inf"), 0.0
         for index, approach in enumerate(approaches):
             xs = [i + (index - (len(approaches) - 1) / 2) * width for i in range(len(queries))]
-            ys = [per_query[q][approach]["step_s"] if approach in per_query[q] else 0
-                  for q in queries]
+            ys = [
+                per_query[q][approach]["step_s"] if approach in per_query[q] else 0 for q in queries
+            ]
             bars = axis.bar(xs, ys, width, label=LABELS[approach], color=colors[approach])
-            axis.bar_label(bars, labels=[f"{y:.1f}" if y else "" for y in ys], fontsize=6,
-                           padding=1)
+            axis.bar_label(
+                bars, labels=[f"{y:.1f}" if y else "" for y in ys], fontsize=6, padding=1
+            )
             smallest = min([y for y in ys if y] + [smallest])
             largest = max(ys + [largest])
             for x, q in zip(xs, queries):
                 if approach not in per_query[q]:
-                    axis.text(x, 0.02, "n/a", rotation=90, ha="center", va="bottom", fontsize=7,
-                              color=colors[approach], transform=axis.get_xaxis_transform())
+                    axis.text(
+                        x,
+                        0.02,
+                        "n/a",
+                        rotation=90,
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        color=colors[approach],
+                        transform=axis.get_xaxis_transform(),
+                    )
         axis.set_xticks(range(len(queries)))
         axis.set_xticklabels(queries)
         axis.set_yscale("log")
@@ -490,8 +661,10 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
             axis.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
         axis.tick_params(axis="y", which="minor", labelsize=7)
         axis.set_ylabel("seconds per step (median)")
-        axis.set_title(f"{history['history_bids']:,} bids of history, steps of {int(key):,} events",
-                       fontsize=10)
+        axis.set_title(
+            f"{history['history_bids']:,} bids of history, steps of {int(key):,} events",
+            fontsize=10,
+        )
         axis.grid(True, axis="y", which="both", alpha=0.3)
         axis.legend(fontsize=8, ncol=len(approaches))
     title = "dbt-streamsql on Nexmark: time of one step"
@@ -503,6 +676,7 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
 
 
 # -- main ---------------------------------------------------------------------------------------
+
 
 def int_list(text: str) -> List[int]:
     values = []
@@ -516,41 +690,67 @@ def int_list(text: str) -> List[int]:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--history-bids", type=int_list, default=int_list("1M,10M"),
-                        help="bids already in the source before the steps, e.g. 1M,10M")
-    parser.add_argument("--step-events", type=int_list, default=int_list("10K,100K"),
-                        help="new events (all three tables) per step, e.g. 10K,100K")
+    parser.add_argument(
+        "--history-bids",
+        type=int_list,
+        default=int_list("1M,10M"),
+        help="bids already in the source before the steps, e.g. 1M,10M",
+    )
+    parser.add_argument(
+        "--step-events",
+        type=int_list,
+        default=int_list("10K,100K"),
+        help="new events (all three tables) per step, e.g. 10K,100K",
+    )
     parser.add_argument("--steps", type=int, default=3, help="measured steps per step size (>= 3)")
     parser.add_argument("--floor-runs", type=int, default=2, help="steps with no new events")
-    parser.add_argument("--queries", default=",".join(QUERIES),
-                        help=f"comma-separated, of {','.join(QUERIES)}")
-    parser.add_argument("--approaches", default=",".join(APPROACHES),
-                        help=f"comma-separated, of {','.join(APPROACHES)} (table always runs: "
-                        "it is the reference)")
+    parser.add_argument(
+        "--queries", default=",".join(QUERIES), help=f"comma-separated, of {','.join(QUERIES)}"
+    )
+    parser.add_argument(
+        "--approaches",
+        default=",".join(APPROACHES),
+        help=f"comma-separated, of {','.join(APPROACHES)} (table always runs: it is the reference)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--driver-memory", default="6g", help="spark.driver.memory")
     parser.add_argument("--label", default="", help="a line printed on top of the report")
-    parser.add_argument("--output-name", default="nexmark",
-                        help="results file names: <name>.md/.json/.png")
-    parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-nexmark"),
-                        help="dbt project, warehouse and checkpoints (deleted at start)")
+    parser.add_argument(
+        "--output-name", default="nexmark", help="results file names: <name>.md/.json/.png"
+    )
+    parser.add_argument(
+        "--work-dir",
+        default=str(BENCH_DIR / "work-nexmark"),
+        help="dbt project, warehouse and checkpoints (deleted at start)",
+    )
     parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
-    parser.add_argument("--combine", default="",
-                        help="no run: merge the results of earlier runs (comma-separated JSON "
-                        "files in --results-dir, e.g. nexmark_1m.json,nexmark_10m.json) into one "
-                        "report <output-name>.md/.json/.png")
-    parser.add_argument("--adapter-rev", default="",
-                        help="benchmark dbt-streamsql as committed at this git revision (e.g. "
-                        "HEAD) instead of the working tree, which others may be editing")
+    parser.add_argument(
+        "--combine",
+        default="",
+        help="no run: merge the results of earlier runs (comma-separated JSON "
+        "files in --results-dir, e.g. nexmark_1m.json,nexmark_10m.json) into one "
+        "report <output-name>.md/.json/.png",
+    )
+    parser.add_argument(
+        "--adapter-rev",
+        default="",
+        help="benchmark dbt-streamsql as committed at this git revision (e.g. "
+        "HEAD) instead of the working tree, which others may be editing",
+    )
     return parser.parse_args(argv)
 
 
-def write_results(results: Dict[str, Any], unsupported: Dict[Tuple[str, str], str],
-                  results_dir: Path, name: str) -> None:
+def write_results(
+    results: Dict[str, Any], unsupported: Dict[Tuple[str, str], str], results_dir: Path, name: str
+) -> None:
     results["output_name"] = name
-    (results_dir / f"{name}.json").write_text(json.dumps(
-        dict(results, unsupported={f"{q}|{a}": r for (q, a), r in unsupported.items()}),
-        indent=1, default=str))
+    (results_dir / f"{name}.json").write_text(
+        json.dumps(
+            dict(results, unsupported={f"{q}|{a}": r for (q, a), r in unsupported.items()}),
+            indent=1,
+            default=str,
+        )
+    )
     write_report(dict(results, unsupported=dict(unsupported)), results_dir / f"{name}.md")
     write_plot(results, results_dir / f"{name}.png")
     print(f"wrote {results_dir / name}.md and .png/.json", flush=True)
@@ -561,13 +761,19 @@ def combine(args: argparse.Namespace) -> int:
     other on the same machine): histories in the order given, every run's command and machine
     record kept."""
     results_dir = Path(args.results_dir).resolve()
-    runs = [json.loads((results_dir / name.strip()).read_text())
-            for name in args.combine.split(",") if name.strip()]
+    runs = [
+        json.loads((results_dir / name.strip()).read_text())
+        for name in args.combine.split(",")
+        if name.strip()
+    ]
     if not runs:
         raise SystemExit("--combine: no result files named")
     first = runs[0]
-    mismatched = [key for key in ("approaches", "queries", "seed", "steps")
-                  if any(run.get(key) != first.get(key) for run in runs)]
+    mismatched = [
+        key
+        for key in ("approaches", "queries", "seed", "steps")
+        if any(run.get(key) != first.get(key) for run in runs)
+    ]
     if mismatched:
         raise SystemExit(f"--combine: the runs differ in {mismatched}; they cannot share a table")
     unsupported: Dict[Tuple[str, str], str] = {}
@@ -581,13 +787,16 @@ def combine(args: argparse.Namespace) -> int:
             if machine.get(key) != value:
                 machine[f"{key} (run {index})"] = value
     combined = dict(
-        first, histories=[h for run in runs for h in run["histories"]], machine=machine,
+        first,
+        histories=[h for run in runs for h in run["histories"]],
+        machine=machine,
         command="; ".join(f"`{run['command']}`" for run in runs).strip("`"),
         started=", ".join(run["started"] for run in runs),
         elapsed_s=sum(run["elapsed_s"] for run in runs),
         jvm_rss_peak_mib=max(run.get("jvm_rss_peak_mib") or 0 for run in runs),
         label=args.label or first.get("label", ""),
-        combined_from=[name.strip() for name in args.combine.split(",") if name.strip()])
+        combined_from=[name.strip() for name in args.combine.split(",") if name.strip()],
+    )
     write_results(combined, unsupported, results_dir, args.output_name)
     return 0
 
@@ -623,9 +832,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results: Dict[str, Any] = {
         "command": "python bench/nexmark.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "label": args.label,
-        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "seed": args.seed,
-        "steps": args.steps, "floor_runs": args.floor_runs, "approaches": approaches,
-        "queries": [q.name for q in queries], "machine": machine_info(spark, args),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "seed": args.seed,
+        "steps": args.steps,
+        "floor_runs": args.floor_runs,
+        "approaches": approaches,
+        "queries": [q.name for q in queries],
+        "machine": machine_info(spark, args),
         "histories": [],
     }
     if adapter_commit:
@@ -636,8 +849,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for history_bids in args.history_bids:
         history = run_history(spark, bench, history_bids, args)
         results["histories"].append(history)
-        failed += [f"{history_bids:,} bids: {c['query']} {c['approach']}: {c['verdict']}"
-                   for c in history["verification"] if c.get("equal") is False]
+        failed += [
+            f"{history_bids:,} bids: {c['query']} {c['approach']}: {c['verdict']}"
+            for c in history["verification"]
+            if c.get("equal") is False
+        ]
         results["elapsed_s"] = time.monotonic() - started
         results["jvm_rss_peak_mib"] = memory.rss_peak_mib()
         results["machine"]["load_average_at_end"] = os.getloadavg()
@@ -645,8 +861,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     memory.stop()
     print(f"total {(time.monotonic() - started) / 60:.1f} min", flush=True)
     if failed:
-        print("VERIFICATION FAILED: approaches differ from the full rebuild:\n  "
-              + "\n  ".join(failed), file=sys.stderr, flush=True)
+        print(
+            "VERIFICATION FAILED: approaches differ from the full rebuild:\n  "
+            + "\n  ".join(failed),
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 0
 

@@ -56,18 +56,24 @@ def write_models(work: Path, queries: List[str]) -> None:
     refs = {t: "{{ source('%s', '%s') }}" % (generator.SCHEMA, t) for t in generator.DDL}
     for name in queries:
         query = QUERIES[name]
-        for suffix, config in (("view", {"materialized": "incremental_view", **query.view_config}),
-                               ("table", {"materialized": "table"})):
+        for suffix, config in (
+            ("view", {"materialized": "incremental_view", **query.view_config}),
+            ("table", {"materialized": "table"}),
+        ):
             text = "{{ config(%s) }}\n%s\n" % (
-                ", ".join(f"{k}={v!r}" for k, v in config.items()), render(query.sql, refs))
+                ", ".join(f"{k}={v!r}" for k, v in config.items()),
+                render(query.sql, refs),
+            )
             (work / "models" / f"{name}_{suffix}.sql").write_text(text)
 
 
 def print_breakdown(node: NodeRun, top: int) -> None:
     adapter = node.adapter or {}
-    print(f"\n## {node.name}: {node.execution_time:.2f} s, {len(node.statements)} statements; "
-          f"{adapter.get('plan')} ({adapter.get('reason')}); read {adapter.get('changes_read')} "
-          f"applied {adapter.get('applied')}")
+    print(
+        f"\n## {node.name}: {node.execution_time:.2f} s, {len(node.statements)} statements; "
+        f"{adapter.get('plan')} ({adapter.get('reason')}); read {adapter.get('changes_read')} "
+        f"applied {adapter.get('applied')}"
+    )
     statements = sorted(node.statements, key=lambda s: -(s.span or 0))
     accounted = sum(s.span or 0 for s in node.statements)
     for statement in statements[:top]:
@@ -86,21 +92,28 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--step-events", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--with-table", action="store_true", help="also time the rebuilds")
-    parser.add_argument("--rebuild-views", action="store_true",
-                        help="--full-refresh the views first (after a change of plan shape)")
+    parser.add_argument(
+        "--rebuild-views",
+        action="store_true",
+        help="--full-refresh the views first (after a change of plan shape)",
+    )
     parser.add_argument("--check", action="store_true", help="compare views with tables at the end")
     parser.add_argument("--top", type=int, default=12)
-    parser.add_argument("--python-profile", action="store_true",
-                        help="profile the last step's Python (cProfile): where the time between "
-                             "statements goes (planning, Delta log reads through py4j, dbt)")
+    parser.add_argument(
+        "--python-profile",
+        action="store_true",
+        help="profile the last step's Python (cProfile): where the time between "
+        "statements goes (planning, Delta log reads through py4j, dbt)",
+    )
     parser.add_argument("--driver-memory", default="8g")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
 
     work = Path(args.work_dir)
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
-    target = write_project_skeleton(work, "nexmark_profile", SCHEMA, args.driver_memory,
-                                    {generator.SCHEMA: list(generator.DDL)})
+    target = write_project_skeleton(
+        work, "nexmark_profile", SCHEMA, args.driver_memory, {generator.SCHEMA: list(generator.DDL)}
+    )
     write_models(work, queries)
     spark = start_session(target)
     dbt = Dbt(work)
@@ -113,8 +126,12 @@ def main(argv: Any = None) -> int:
         generator.create_tables(spark)
         started = time.monotonic()
         events = generator.events_for_bids(args.history_bids)
-        print("generated", generator.append_events(spark, 0, events, args.seed),
-              f"in {time.monotonic() - started:.1f} s", flush=True)
+        print(
+            "generated",
+            generator.append_events(spark, 0, events, args.seed),
+            f"in {time.monotonic() - started:.1f} s",
+            flush=True,
+        )
         state = {"next_event": events, "built": []}
         state_path.write_text(json.dumps(state))
     views = [f"{q}_view" for q in queries]
@@ -123,10 +140,14 @@ def main(argv: Any = None) -> int:
     if missing or args.rebuild_views:
         chosen = queries if args.rebuild_views else missing
         started = time.monotonic()
-        _, nodes = dbt.run([f"{q}_view" for q in chosen] + [f"{q}_table" for q in chosen],
-                           extra=["--full-refresh"])
-        print(f"built {chosen} in {time.monotonic() - started:.1f} s: " + ", ".join(
-            f"{n.name} {n.execution_time:.1f}" for n in nodes.values()), flush=True)
+        _, nodes = dbt.run(
+            [f"{q}_view" for q in chosen] + [f"{q}_table" for q in chosen], extra=["--full-refresh"]
+        )
+        print(
+            f"built {chosen} in {time.monotonic() - started:.1f} s: "
+            + ", ".join(f"{n.name} {n.execution_time:.1f}" for n in nodes.values()),
+            flush=True,
+        )
         state["built"] = sorted(set(state["built"]) | set(chosen))
         state_path.write_text(json.dumps(state))
 
@@ -160,8 +181,9 @@ def main(argv: Any = None) -> int:
         for q in queries:
             view, table = f"{SCHEMA}.{q}_view", f"{SCHEMA}.{q}_table"
             columns = ", ".join(f"`{c}`" for c in spark.table(table).columns)
-            extra, lost = multiset_difference(spark, f"SELECT {columns} FROM {view}",
-                                              f"SELECT {columns} FROM {table}")
+            extra, lost = multiset_difference(
+                spark, f"SELECT {columns} FROM {view}", f"SELECT {columns} FROM {table}"
+            )
             verdict = "EQUAL" if extra == lost == 0 else f"DIFFERENT (+{extra} -{lost})"
             failed += verdict != "EQUAL"
             print(f"check {q}: {verdict}")

@@ -52,21 +52,27 @@ UPDATED_ROWS = 20
 def write_models(work: Path) -> None:
     for name, sql in QUERIES.items():
         (work / "models" / f"{name}_view.sql").write_text(
-            "{{ config(materialized='incremental_view') }}\n" + sql + "\n")
+            "{{ config(materialized='incremental_view') }}\n" + sql + "\n"
+        )
         (work / "models" / f"{name}_rebuild.sql").write_text(
-            "{{ config(materialized='table') }}\n" + sql + "\n")
+            "{{ config(materialized='table') }}\n" + sql + "\n"
+        )
 
 
 def append(spark: Any, start: int, rows: int) -> None:
-    spark.sql(f"INSERT INTO {SOURCE}.events SELECT id, CAST(pmod(xxhash64(id), 1000) AS INT), "
-              f"CAST(pmod(xxhash64(id, 1), 100) AS INT) FROM range({start}, {start + rows})")
+    spark.sql(
+        f"INSERT INTO {SOURCE}.events SELECT id, CAST(pmod(xxhash64(id), 1000) AS INT), "
+        f"CAST(pmod(xxhash64(id, 1), 100) AS INT) FROM range({start}, {start + rows})"
+    )
 
 
 def change(spark: Any, next_id: int, rows: int, step: int) -> None:
     """Rows appended and a few old rows updated: the UPDATE writes change-data files."""
     append(spark, next_id, rows)
-    spark.sql(f"UPDATE {SOURCE}.events SET v = v + 1 "
-              f"WHERE id >= {step * UPDATED_ROWS} AND id < {(step + 1) * UPDATED_ROWS}")
+    spark.sql(
+        f"UPDATE {SOURCE}.events SET v = v + 1 "
+        f"WHERE id >= {step * UPDATED_ROWS} AND id < {(step + 1) * UPDATED_ROWS}"
+    )
 
 
 def vacuum(spark: Any) -> None:
@@ -77,8 +83,11 @@ def vacuum(spark: Any) -> None:
 
 def differences(spark: Any, name: str) -> int:
     """Rows in one of the view and its twin and not in the other, as multisets."""
-    return sum(multiset_difference(spark, f"SELECT * FROM {SCHEMA}.{name}_view",
-                                   f"SELECT * FROM {SCHEMA}.{name}_rebuild"))
+    return sum(
+        multiset_difference(
+            spark, f"SELECT * FROM {SCHEMA}.{name}_view", f"SELECT * FROM {SCHEMA}.{name}_rebuild"
+        )
+    )
 
 
 def main(argv: Any = None) -> int:
@@ -94,16 +103,19 @@ def main(argv: Any = None) -> int:
 
     work = Path(args.work_dir)
     shutil.rmtree(work, ignore_errors=True)
-    target = write_project_skeleton(work, "recovery_cost", SCHEMA, args.driver_memory,
-                                    {SOURCE: ["events"]})
+    target = write_project_skeleton(
+        work, "recovery_cost", SCHEMA, args.driver_memory, {SOURCE: ["events"]}
+    )
     write_models(work)
     spark = start_session(target)
     info = machine_info(spark)
     spark.sql(f"DROP SCHEMA IF EXISTS {SOURCE} CASCADE")
     spark.sql(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
     spark.sql(f"CREATE SCHEMA {SOURCE}")
-    spark.sql(f"CREATE TABLE {SOURCE}.events (id BIGINT, k INT, v INT) USING delta "
-              "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+    spark.sql(
+        f"CREATE TABLE {SOURCE}.events (id BIGINT, k INT, v INT) USING delta "
+        "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
     append(spark, 0, args.history_rows)
     views = [f"{name}_view" for name in QUERIES]
     twins = [f"{name}_rebuild" for name in QUERIES]
@@ -113,7 +125,8 @@ def main(argv: Any = None) -> int:
 
     next_id = args.history_rows
     times: Dict[str, Dict[str, List[float]]] = {
-        name: {"step": [], "recovery": [], "rebuild": []} for name in QUERIES}
+        name: {"step": [], "recovery": [], "rebuild": []} for name in QUERIES
+    }
     notes: List[str] = []
     changes = 0
     for kind in ("step", "recovery"):
@@ -128,21 +141,30 @@ def main(argv: Any = None) -> int:
                 node = nodes[f"{name}_view"]
                 recovered = "recovered" in str(node.adapter.get("_message", ""))
                 if recovered != (kind == "recovery"):
-                    raise RuntimeError(f"{name}_view: expected a {kind} step, got: "
-                                       f"{node.adapter.get('_message')}")
+                    raise RuntimeError(
+                        f"{name}_view: expected a {kind} step, got: {node.adapter.get('_message')}"
+                    )
                 times[name][kind].append(node.execution_time)
                 if number == 0:
                     notes.append(f"{name}_view, {kind}: {node.adapter.get('_message')}")
             _, rebuilt = dbt.run(twins)
             for name in QUERIES:
                 times[name]["rebuild"].append(rebuilt[f"{name}_rebuild"].execution_time)
-            print(f"{kind} {number + 1}: " + ", ".join(
-                f"{name} {times[name][kind][-1]:.2f} s" for name in QUERIES), flush=True)
+            print(
+                f"{kind} {number + 1}: "
+                + ", ".join(f"{name} {times[name][kind][-1]:.2f} s" for name in QUERIES),
+                flush=True,
+            )
     wrong = {name: differences(spark, name) for name in QUERIES}
     spark.stop()
 
-    results = {"machine": info, "args": vars(args), "seconds": times, "differences": wrong,
-               "step_lines": notes}
+    results = {
+        "machine": info,
+        "args": vars(args),
+        "seconds": times,
+        "differences": wrong,
+        "step_lines": notes,
+    }
     out = Path(args.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.output_name}.json").write_text(json.dumps(results, indent=2, default=str))
@@ -161,11 +183,18 @@ def main(argv: Any = None) -> int:
     for name in QUERIES:
         step, recovery = median(times[name]["step"]), median(times[name]["recovery"])
         rebuild = median(times[name]["rebuild"])
-        lines.append(f"| {name} | {fmt(step)} | {fmt(recovery)} | {fmt(rebuild)} | "
-                     f"{recovery / step:.1f}x | {recovery / rebuild:.1f}x |")
-    lines += ["", "Every view equals its rebuild after the last step: "
-              + ("yes" if not any(wrong.values()) else f"NO ({wrong})"), "",
-              "The first step line of each kind:", ""]
+        lines.append(
+            f"| {name} | {fmt(step)} | {fmt(recovery)} | {fmt(rebuild)} | "
+            f"{recovery / step:.1f}x | {recovery / rebuild:.1f}x |"
+        )
+    lines += [
+        "",
+        "Every view equals its rebuild after the last step: "
+        + ("yes" if not any(wrong.values()) else f"NO ({wrong})"),
+        "",
+        "The first step line of each kind:",
+        "",
+    ]
     lines += [f"- {note}" for note in notes]
     lines += ["", "## Machine", ""] + machine_lines(info)
     (out / f"{args.output_name}.md").write_text("\n".join(lines) + "\n")

@@ -25,38 +25,50 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--work-dir", default="/tmp/small_merge")
     args = parser.parse_args()
-    spark = start_session({"warehouse_dir": args.work_dir, "master": "local[2]",
-                           "server_side_parameters": {"spark.driver.memory": "4g"}})
+    spark = start_session(
+        {
+            "warehouse_dir": args.work_dir,
+            "master": "local[2]",
+            "server_side_parameters": {"spark.driver.memory": "4g"},
+        }
+    )
     context = spark.sparkContext
     spark.sql("SET spark.databricks.delta.merge.materializeSource=none")
     results = {}
     for size in (int(s) for s in args.sizes.split(",")):
         table = f"merge_{size}"
         spark.sql(f"DROP TABLE IF EXISTS {table}")
-        spark.sql(f"CREATE TABLE {table} (k INT, n BIGINT) USING delta TBLPROPERTIES "
-                  "('delta.enableChangeDataFeed'='true', 'delta.enableDeletionVectors'='true', "
-                  "'delta.checkpointInterval'='1000')")  # no checkpoint commit in the rounds
+        spark.sql(
+            f"CREATE TABLE {table} (k INT, n BIGINT) USING delta TBLPROPERTIES "
+            "('delta.enableChangeDataFeed'='true', 'delta.enableDeletionVectors'='true', "
+            "'delta.checkpointInterval'='1000')"
+        )  # no checkpoint commit in the rounds
         spark.sql(f"INSERT INTO {table} SELECT id, 10 FROM range({size})")
         for number in range(args.rounds):
             keys = [(number * 7 + i * 3) % size for i in range(30)]
             values = ", ".join(f"({k}, {number})" for k in keys)
-            spark.sql(f"CREATE OR REPLACE TEMP VIEW change AS SELECT * FROM VALUES {values} "
-                      "AS v(k, n)")
+            spark.sql(
+                f"CREATE OR REPLACE TEMP VIEW change AS SELECT * FROM VALUES {values} AS v(k, n)"
+            )
             persistent = ("true", "false")[number % 2]
             spark.sql(f"SET spark.databricks.delta.merge.deletionVectors.persistent={persistent}")
             group = f"merge_{size}_{number}"
             context.setJobGroup(group, group)
             started = time.perf_counter()
-            spark.sql(f"MERGE INTO {table} t USING change s ON t.k = s.k AND t.k >= 0 AND "
-                      f"t.k <= {size} WHEN MATCHED THEN UPDATE SET n = s.n "
-                      "WHEN NOT MATCHED THEN INSERT (k, n) VALUES (s.k, s.n)").collect()
+            spark.sql(
+                f"MERGE INTO {table} t USING change s ON t.k = s.k AND t.k >= 0 AND "
+                f"t.k <= {size} WHEN MATCHED THEN UPDATE SET n = s.n "
+                "WHEN NOT MATCHED THEN INSERT (k, n) VALUES (s.k, s.n)"
+            ).collect()
             seconds = time.perf_counter() - started
             jobs = len(context.statusTracker().getJobIdsForGroup(group))
             if number >= 2:
                 results.setdefault((size, persistent), []).append((round(seconds, 2), jobs))
     for (size, persistent), runs in results.items():
-        print(f"{size} rows, deletion vectors persistent={persistent}: "
-              f"seconds {sorted(s for s, _ in runs)}, jobs {[j for _, j in runs]}")
+        print(
+            f"{size} rows, deletion vectors persistent={persistent}: "
+            f"seconds {sorted(s for s, _ in runs)}, jobs {[j for _, j in runs]}"
+        )
     spark.stop()
     return 0
 

@@ -66,18 +66,22 @@ REBUILD = [table for _, _, table in PAIRS]
 
 # -- the dbt project ----------------------------------------------------------------------------
 
+
 def write_project(work: Path, driver_memory: str) -> Dict[str, Any]:
     """A dbt project in `work`: profile, source and the four models. Returns the profile target."""
-    target = write_project_skeleton(work, "streamsql_bench", TARGET_SCHEMA, driver_memory,
-                                    {SOURCE_SCHEMA: ["events"]})
+    target = write_project_skeleton(
+        work, "streamsql_bench", TARGET_SCHEMA, driver_memory, {SOURCE_SCHEMA: ["events"]}
+    )
     src = "{{ source('%s', 'events') }}" % SOURCE_SCHEMA
     for name, (materialized, query) in MODELS.items():
         (work / "models" / f"{name}.sql").write_text(
-            "{{ config(materialized='%s') }}\n%s\n" % (materialized, query.format(src=src)))
+            "{{ config(materialized='%s') }}\n%s\n" % (materialized, query.format(src=src))
+        )
     return target
 
 
 # -- the source ---------------------------------------------------------------------------------
+
 
 def events_select(start: int, end: int, partitions: int, seed: int) -> str:
     """Rows id in [start, end), each a deterministic function of (id, seed)."""
@@ -102,7 +106,8 @@ def create_source(spark: Any, rows: int, seed: int) -> None:
     spark.sql(
         f"CREATE TABLE {SOURCE_SCHEMA}.events (id BIGINT, device INT, ts TIMESTAMP, "
         "value DECIMAL(10,2), kind STRING) USING delta "
-        "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+        "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
     partitions = max(2, -(-rows // 1_000_000))  # about 1M rows per file
     spark.sql(f"INSERT INTO {SOURCE_SCHEMA}.events {events_select(0, rows, partitions, seed)}")
 
@@ -111,9 +116,18 @@ def append_rows(spark: Any, start: int, count: int, seed: int) -> None:
     spark.sql(f"INSERT INTO {SOURCE_SCHEMA}.events {events_select(start, start + count, 1, seed)}")
 
 
-WRITE_METRICS = ("numTargetFilesRemoved", "numTargetFilesAdded", "numTargetRowsCopied",
-                 "numTargetRowsDeleted", "numTargetRowsUpdated", "numTargetRowsInserted",
-                 "numOutputRows", "numFiles", "rewriteTimeMs", "executionTimeMs")
+WRITE_METRICS = (
+    "numTargetFilesRemoved",
+    "numTargetFilesAdded",
+    "numTargetRowsCopied",
+    "numTargetRowsDeleted",
+    "numTargetRowsUpdated",
+    "numTargetRowsInserted",
+    "numOutputRows",
+    "numFiles",
+    "rewriteTimeMs",
+    "executionTimeMs",
+)
 
 
 def last_writes(spark: Any) -> Dict[str, Dict[str, Any]]:
@@ -126,8 +140,10 @@ def last_writes(spark: Any) -> Dict[str, Dict[str, Any]]:
                 continue
             row = spark.sql(f"DESCRIBE HISTORY {TARGET_SCHEMA}.{table} LIMIT 1").collect()[0]
             metrics = row["operationMetrics"] or {}
-            writes[table] = {"operation": row["operation"],
-                             **{k: int(metrics[k]) for k in WRITE_METRICS if k in metrics}}
+            writes[table] = {
+                "operation": row["operation"],
+                **{k: int(metrics[k]) for k in WRITE_METRICS if k in metrics},
+            }
     return writes
 
 
@@ -139,9 +155,17 @@ def verify(spark: Any) -> List[Dict[str, Any]]:
         right = f"SELECT {columns} FROM {TARGET_SCHEMA}.{table}"
         only_view, only_table = multiset_difference(spark, left, right)
         rows = scalar(spark, f"SELECT COUNT(*) FROM {TARGET_SCHEMA}.{view}")
-        checks.append({"model": kind, "view": view, "table": table, "rows": int(rows),
-                       "only_in_view": only_view, "only_in_table": only_table,
-                       "equal": only_view == 0 and only_table == 0})
+        checks.append(
+            {
+                "model": kind,
+                "view": view,
+                "table": table,
+                "rows": int(rows),
+                "only_in_view": only_view,
+                "only_in_table": only_table,
+                "equal": only_view == 0 and only_table == 0,
+            }
+        )
     return checks
 
 
@@ -155,14 +179,19 @@ def run_size(spark: Any, dbt: Dbt, rows: int, args: argparse.Namespace) -> Dict[
     say(f"source created in {out['setup']['create_source_s']:.1f} s")
 
     wall, nodes = dbt.run(INCREMENTAL)
-    out["setup"]["first_step"] = {n: {"execution_time": r.execution_time, **r.adapter}
-                                  for n, r in nodes.items()}
-    say("first step (full load): " + ", ".join(
-        f"{n} {r.execution_time:.1f} s" for n, r in nodes.items()))
+    out["setup"]["first_step"] = {
+        n: {"execution_time": r.execution_time, **r.adapter} for n, r in nodes.items()
+    }
+    say(
+        "first step (full load): "
+        + ", ".join(f"{n} {r.execution_time:.1f} s" for n, r in nodes.items())
+    )
     wall, nodes = dbt.run(REBUILD)
     out["setup"]["first_rebuild"] = {n: r.execution_time for n, r in nodes.items()}
-    say("first table build (warm-up): " + ", ".join(
-        f"{n} {r.execution_time:.1f} s" for n, r in nodes.items()))
+    say(
+        "first table build (warm-up): "
+        + ", ".join(f"{n} {r.execution_time:.1f} s" for n, r in nodes.items())
+    )
 
     next_id = rows
     for number in range(1, args.steps + 1):
@@ -175,33 +204,58 @@ def run_size(spark: Any, dbt: Dbt, rows: int, args: argparse.Namespace) -> Dict[
         rebuild_wall, rebuild_nodes = dbt.run(REBUILD)
         record = {
             "writes": writes,
-            "step": number, "append_s": append_s, "load_average": os.getloadavg()[0],
+            "step": number,
+            "append_s": append_s,
+            "load_average": os.getloadavg()[0],
             "step_wall_s": step_wall,
             "rebuild_wall_s": rebuild_wall,
-            "incremental": {n: {"execution_time": r.execution_time, "cpu_s": r.cpu_s,
-                                "adapter": r.adapter,
-                                "statements": [s.__dict__ for s in r.statements]}
-                            for n, r in step_nodes.items()},
-            "rebuild": {n: {"execution_time": r.execution_time, "cpu_s": r.cpu_s}
-                        for n, r in rebuild_nodes.items()},
+            "incremental": {
+                n: {
+                    "execution_time": r.execution_time,
+                    "cpu_s": r.cpu_s,
+                    "adapter": r.adapter,
+                    "statements": [s.__dict__ for s in r.statements],
+                }
+                for n, r in step_nodes.items()
+            },
+            "rebuild": {
+                n: {"execution_time": r.execution_time, "cpu_s": r.cpu_s}
+                for n, r in rebuild_nodes.items()
+            },
         }
         out["steps"].append(record)
-        say(f"step {number}: " + ", ".join(
-            f"{n} {r.execution_time:.2f} s (adapter {r.adapter.get('seconds')} s, read "
-            f"{r.adapter.get('changes_read')}, applied {r.adapter.get('applied')}, "
-            f"{r.adapter.get('plan')})" for n, r in step_nodes.items())
-            + " | rebuild: " + ", ".join(
-            f"{n} {r.execution_time:.2f} s" for n, r in rebuild_nodes.items()))
+        say(
+            f"step {number}: "
+            + ", ".join(
+                f"{n} {r.execution_time:.2f} s (adapter {r.adapter.get('seconds')} s, read "
+                f"{r.adapter.get('changes_read')}, applied {r.adapter.get('applied')}, "
+                f"{r.adapter.get('plan')})"
+                for n, r in step_nodes.items()
+            )
+            + " | rebuild: "
+            + ", ".join(f"{n} {r.execution_time:.2f} s" for n, r in rebuild_nodes.items())
+        )
 
     for number in range(1, args.floor_runs + 1):
         wall, nodes = dbt.run(INCREMENTAL)
-        out["floor"].append({n: {"execution_time": r.execution_time, "cpu_s": r.cpu_s,
-                                 "adapter": r.adapter,
-                                 "statements": [s.__dict__ for s in r.statements]}
-                             for n, r in nodes.items()})
-        say(f"no-change step {number}: " + ", ".join(
-            f"{n} {r.execution_time:.2f} s (adapter {r.adapter.get('seconds')} s)"
-            for n, r in nodes.items()))
+        out["floor"].append(
+            {
+                n: {
+                    "execution_time": r.execution_time,
+                    "cpu_s": r.cpu_s,
+                    "adapter": r.adapter,
+                    "statements": [s.__dict__ for s in r.statements],
+                }
+                for n, r in nodes.items()
+            }
+        )
+        say(
+            f"no-change step {number}: "
+            + ", ".join(
+                f"{n} {r.execution_time:.2f} s (adapter {r.adapter.get('seconds')} s)"
+                for n, r in nodes.items()
+            )
+        )
 
     out["verification"] = verify(spark)
     out["final_rows"] = {
@@ -209,9 +263,11 @@ def run_size(spark: Any, dbt: Dbt, rows: int, args: argparse.Namespace) -> Dict[
         **{view: check["rows"] for check, (_, view, _) in zip(out["verification"], PAIRS)},
     }
     for check in out["verification"]:
-        say(f"verify {check['view']} vs {check['table']}: {check['rows']} rows, "
+        say(
+            f"verify {check['view']} vs {check['table']}: {check['rows']} rows, "
             f"only in view {check['only_in_view']}, only in table {check['only_in_table']} -> "
-            f"{'EQUAL' if check['equal'] else 'DIFFERENT'}")
+            f"{'EQUAL' if check['equal'] else 'DIFFERENT'}"
+        )
     out["summary"] = summarize_size(out)
     return out
 
@@ -220,8 +276,9 @@ def summarize_size(out: Dict[str, Any]) -> Dict[str, Any]:
     summary = {}
     for kind, view, table in PAIRS:
         step_times = [s["incremental"][view]["execution_time"] for s in out["steps"]]
-        adapter_times = [s["incremental"][view]["adapter"].get("seconds", float("nan"))
-                         for s in out["steps"]]
+        adapter_times = [
+            s["incremental"][view]["adapter"].get("seconds", float("nan")) for s in out["steps"]
+        ]
         rebuild_times = [s["rebuild"][table]["execution_time"] for s in out["steps"]]
         floor_times = [f[view]["execution_time"] for f in out["floor"]]
         step_cpu = [s["incremental"][view].get("cpu_s") for s in out["steps"]]
@@ -230,19 +287,25 @@ def summarize_size(out: Dict[str, Any]) -> Dict[str, Any]:
         floor_adapter = [f[view]["adapter"].get("seconds", float("nan")) for f in out["floor"]]
         step = median(step_times)
         summary[kind] = {
-            "step_s": step, "step_adapter_s": median(adapter_times),
-            "floor_s": median(floor_times), "floor_adapter_s": median(floor_adapter),
+            "step_s": step,
+            "step_adapter_s": median(adapter_times),
+            "floor_s": median(floor_times),
+            "floor_adapter_s": median(floor_adapter),
             "rebuild_s": median(rebuild_times),
             "step_cpu_s": median([c for c in step_cpu if c is not None]),
             "rebuild_cpu_s": median([c for c in rebuild_cpu if c is not None]),
             "floor_cpu_s": median([c for c in floor_cpu if c is not None]),
             "ratio": median(rebuild_times) / step if step else float("nan"),
-            "step_min_s": min(step_times), "step_max_s": max(step_times),
-            "rebuild_min_s": min(rebuild_times), "rebuild_max_s": max(rebuild_times),
-            "changes_read": median([s["incremental"][view]["adapter"].get("changes_read", 0)
-                                    for s in out["steps"]]),
-            "applied": median([s["incremental"][view]["adapter"].get("applied", 0)
-                               for s in out["steps"]]),
+            "step_min_s": min(step_times),
+            "step_max_s": max(step_times),
+            "rebuild_min_s": min(rebuild_times),
+            "rebuild_max_s": max(rebuild_times),
+            "changes_read": median(
+                [s["incremental"][view]["adapter"].get("changes_read", 0) for s in out["steps"]]
+            ),
+            "applied": median(
+                [s["incremental"][view]["adapter"].get("applied", 0) for s in out["steps"]]
+            ),
             "plan": out["steps"][0]["incremental"][view]["adapter"].get("plan", ""),
         }
     return summary
@@ -263,6 +326,7 @@ def statement_breakdown(out: Dict[str, Any], view: str) -> List[Tuple[str, float
 
 
 # -- report -------------------------------------------------------------------------------------
+
 
 def write_report(results: Dict[str, Any], path: Path) -> None:
     info, sizes = results["machine"], results["sizes"]
@@ -296,7 +360,8 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
                 f"| {size['rows']:,} | {kind} | {s['plan']} | {fmt(s['step_s'])} | "
                 f"{fmt(s['step_adapter_s'])} | {fmt(s['floor_s'])} | {fmt(s['rebuild_s'])} | "
                 f"{s['ratio']:.1f}x | {fmt(s.get('step_cpu_s', float('nan')))} | "
-                f"{fmt(s.get('rebuild_cpu_s', float('nan')))} |")
+                f"{fmt(s.get('rebuild_cpu_s', float('nan')))} |"
+            )
     if len(sizes) >= 2:
         first, last = sizes[0], sizes[-1]
         growth = last["rows"] / first["rows"]
@@ -309,25 +374,43 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
         ]
         for kind, _, _ in PAIRS:
             a, b = first["summary"][kind], last["summary"][kind]
-            for key, label in (("step_s", "step s"), ("rebuild_s", "full rebuild s"),
-                               ("step_cpu_s", "step CPU s"), ("rebuild_cpu_s", "rebuild CPU s"),
-                               ("floor_s", "floor s")):
+            for key, label in (
+                ("step_s", "step s"),
+                ("rebuild_s", "full rebuild s"),
+                ("step_cpu_s", "step CPU s"),
+                ("rebuild_cpu_s", "rebuild CPU s"),
+                ("floor_s", "floor s"),
+            ):
                 x, y = a.get(key, float("nan")), b.get(key, float("nan"))
-                lines.append(f"| {kind} | {label} | {fmt(x)} | {fmt(y)} | "
-                             f"{y / x if x else float('nan'):.2f}x |")
-        lines += ["", "Step time ranges (min-max over steps): " + "; ".join(
-            f"{size['rows']:,} {kind}: {fmt(size['summary'][kind]['step_min_s'])}-"
-            f"{fmt(size['summary'][kind]['step_max_s'])} s"
-            for size in sizes for kind, _, _ in PAIRS) + "."]
+                lines.append(
+                    f"| {kind} | {label} | {fmt(x)} | {fmt(y)} | "
+                    f"{y / x if x else float('nan'):.2f}x |"
+                )
+        lines += [
+            "",
+            "Step time ranges (min-max over steps): "
+            + "; ".join(
+                f"{size['rows']:,} {kind}: {fmt(size['summary'][kind]['step_min_s'])}-"
+                f"{fmt(size['summary'][kind]['step_max_s'])} s"
+                for size in sizes
+                for kind, _, _ in PAIRS
+            )
+            + ".",
+        ]
 
-    lines += ["", "## Every step", "",
-              "Per-model node times of each measured step, wall s (CPU s), and the machine's "
-              "1-minute load "
-              f"average then (the machine has {info['cores']} cores; other processes share it).",
-              "", "| history rows | step | " + " | ".join(
-                  f"{kind} step | {kind} rebuild" for kind, _, _ in PAIRS)
-              + " | dbt run wall (step / rebuild) | load |",
-              "|---:|---:|" + "---:|---:|" * len(PAIRS) + "---|---:|"]
+    lines += [
+        "",
+        "## Every step",
+        "",
+        "Per-model node times of each measured step, wall s (CPU s), and the machine's "
+        "1-minute load "
+        f"average then (the machine has {info['cores']} cores; other processes share it).",
+        "",
+        "| history rows | step | "
+        + " | ".join(f"{kind} step | {kind} rebuild" for kind, _, _ in PAIRS)
+        + " | dbt run wall (step / rebuild) | load |",
+        "|---:|---:|" + "---:|---:|" * len(PAIRS) + "---|---:|",
+    ]
     for size in sizes:
         for step in size["steps"]:
             cells = " | ".join(
@@ -335,65 +418,97 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
                 f"({fmt(step['incremental'][view].get('cpu_s') or float('nan'))}) | "
                 f"{fmt(step['rebuild'][table]['execution_time'])} "
                 f"({fmt(step['rebuild'][table].get('cpu_s') or float('nan'))})"
-                for _, view, table in PAIRS)
-            lines.append(f"| {size['rows']:,} | {step['step']} | {cells} | "
-                         f"{fmt(step['step_wall_s'])} / {fmt(step['rebuild_wall_s'])} | "
-                         f"{step['load_average']:.1f} |")
+                for _, view, table in PAIRS
+            )
+            lines.append(
+                f"| {size['rows']:,} | {step['step']} | {cells} | "
+                f"{fmt(step['step_wall_s'])} / {fmt(step['rebuild_wall_s'])} | "
+                f"{step['load_average']:.1f} |"
+            )
 
-    lines += ["", "What each step wrote (Delta's operation metrics of the step's commit; median "
-              "over the steps). A MERGE rewrites every file holding a matched row: 'rows copied' "
-              "are unchanged rows rewritten with them.", "",
-              "| history rows | table | operation | files removed / added | rows copied | "
-              "rows deleted / updated / inserted | rows written | rewrite ms |",
-              "|---:|---|---|---|---:|---|---:|---:|"]
+    lines += [
+        "",
+        "What each step wrote (Delta's operation metrics of the step's commit; median "
+        "over the steps). A MERGE rewrites every file holding a matched row: 'rows copied' "
+        "are unchanged rows rewritten with them.",
+        "",
+        "| history rows | table | operation | files removed / added | rows copied | "
+        "rows deleted / updated / inserted | rows written | rewrite ms |",
+        "|---:|---|---|---|---:|---|---:|---:|",
+    ]
     for size in sizes:
         tables = size["steps"][0].get("writes", {}) if size["steps"] else {}
         for table, first in tables.items():
+
             def med(key: str) -> str:
-                values = [s["writes"][table][key] for s in size["steps"]
-                          if key in s.get("writes", {}).get(table, {})]
+                values = [
+                    s["writes"][table][key]
+                    for s in size["steps"]
+                    if key in s.get("writes", {}).get(table, {})
+                ]
                 return f"{median(values):,.0f}" if values else "-"
+
             lines.append(
                 f"| {size['rows']:,} | {table} | {first['operation']} | "
                 f"{med('numTargetFilesRemoved')} / {med('numTargetFilesAdded')} | "
                 f"{med('numTargetRowsCopied')} | {med('numTargetRowsDeleted')} / "
                 f"{med('numTargetRowsUpdated')} / {med('numTargetRowsInserted')} | "
-                f"{med('numOutputRows')} | {med('rewriteTimeMs')} |")
+                f"{med('numOutputRows')} | {med('rewriteTimeMs')} |"
+            )
 
-    lines += ["", "## Correctness", "",
-              "Each incremental view vs. its table twin after the last step "
-              "(EXCEPT ALL both ways):",
-              "", "| history rows | view | rows | only in view | only in table | equal |",
-              "|---:|---|---:|---:|---:|---|"]
+    lines += [
+        "",
+        "## Correctness",
+        "",
+        "Each incremental view vs. its table twin after the last step (EXCEPT ALL both ways):",
+        "",
+        "| history rows | view | rows | only in view | only in table | equal |",
+        "|---:|---|---:|---:|---:|---|",
+    ]
     for size in sizes:
         for check in size["verification"]:
-            lines.append(f"| {size['rows']:,} | {check['view']} | {check['rows']:,} | "
-                         f"{check['only_in_view']} | {check['only_in_table']} | "
-                         f"{'yes' if check['equal'] else '**NO**'} |")
+            lines.append(
+                f"| {size['rows']:,} | {check['view']} | {check['rows']:,} | "
+                f"{check['only_in_view']} | {check['only_in_table']} | "
+                f"{'yes' if check['equal'] else '**NO**'} |"
+            )
 
-    lines += ["", "## Setup per size (not part of the comparison)", "",
-              "| history rows | create source s | first step (full load) s | first table build s |",
-              "|---:|---:|---|---|"]
+    lines += [
+        "",
+        "## Setup per size (not part of the comparison)",
+        "",
+        "| history rows | create source s | first step (full load) s | first table build s |",
+        "|---:|---:|---|---|",
+    ]
     for size in sizes:
         setup = size["setup"]
         lines.append(
-            f"| {size['rows']:,} | {setup['create_source_s']:.1f} | " + ", ".join(
-                f"{n} {v['execution_time']:.1f}" for n, v in setup["first_step"].items())
-            + " | " + ", ".join(f"{n} {v:.1f}" for n, v in setup["first_rebuild"].items()) + " |")
+            f"| {size['rows']:,} | {setup['create_source_s']:.1f} | "
+            + ", ".join(f"{n} {v['execution_time']:.1f}" for n, v in setup["first_step"].items())
+            + " | "
+            + ", ".join(f"{n} {v:.1f}" for n, v in setup["first_rebuild"].items())
+            + " |"
+        )
 
-    lines += ["", "## Where a step's time goes", "",
-              "Per statement the step runs (median over the steps), in order. 'span' is from the "
-              "statement's start to the next statement's start (or the node's end), so it includes "
-              "fetching a query's rows and the adapter's Python work in between; 'SQL status' is "
-              "what dbt.log prints ('SQL status: OK in X seconds'), which for a plain SELECT "
-              "excludes fetching its rows (Spark runs a SELECT lazily). `$x` is the step's "
-              "temporary view `x`."]
+    lines += [
+        "",
+        "## Where a step's time goes",
+        "",
+        "Per statement the step runs (median over the steps), in order. 'span' is from the "
+        "statement's start to the next statement's start (or the node's end), so it includes "
+        "fetching a query's rows and the adapter's Python work in between; 'SQL status' is "
+        "what dbt.log prints ('SQL status: OK in X seconds'), which for a plain SELECT "
+        "excludes fetching its rows (Spark runs a SELECT lazily). `$x` is the step's "
+        "temporary view `x`.",
+    ]
     for kind, view, _ in PAIRS:
         breakdowns = [statement_breakdown(size, view) for size in sizes]
-        header = "| # | statement | " + " | ".join(
-            f"{size['rows']:,} span s | status s" for size in sizes) + " |"
-        lines += ["", f"### {kind} ({view})", "", header,
-                  "|---:|---|" + "---:|---:|" * len(sizes)]
+        header = (
+            "| # | statement | "
+            + " | ".join(f"{size['rows']:,} span s | status s" for size in sizes)
+            + " |"
+        )
+        lines += ["", f"### {kind} ({view})", "", header, "|---:|---|" + "---:|---:|" * len(sizes)]
         count = max(len(b) for b in breakdowns)
         totals = [0.0] * len(sizes)
         for index in range(count):
@@ -408,12 +523,16 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
             escaped = statement_label(label).replace("|", "\\|")
             lines.append(f"| {index + 1} | `{escaped}` | " + " | ".join(cells) + " |")
         lines.append("| | sum of spans | " + " | ".join(f"{t:.3f} | " for t in totals) + " |")
-        mismatch = [size["rows"] for size, b in zip(sizes, breakdowns)
-                    if [statement_shape(r[0]) for r in b]
-                    != [statement_shape(r[0]) for r in breakdowns[0]]]
+        mismatch = [
+            size["rows"]
+            for size, b in zip(sizes, breakdowns)
+            if [statement_shape(r[0]) for r in b] != [statement_shape(r[0]) for r in breakdowns[0]]
+        ]
         if mismatch:
-            lines.append(f"\nNote: the statements differ between sizes ({mismatch}); rows are "
-                         "matched by position.")
+            lines.append(
+                f"\nNote: the statements differ between sizes ({mismatch}); rows are "
+                "matched by position."
+            )
 
     lines += ["", "## Machine", ""]
     lines += machine_lines(info)
@@ -433,17 +552,42 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
     figure, axes = plt.subplots(1, len(PAIRS), figsize=(5.5 * len(PAIRS), 4.2), squeeze=False)
     for axis, (kind, _, _) in zip(axes[0], PAIRS):
         summary = [size["summary"][kind] for size in sizes]
-        axis.plot(rows, [s["rebuild_s"] for s in summary], "o-", color="tab:red",
-                  label="full rebuild (table)")
-        axis.plot(rows, [s["step_s"] for s in summary], "o-", color="tab:blue",
-                  label=f"step, {results['step_rows']:,} new rows")
-        axis.plot(rows, [s["floor_s"] for s in summary], "o--", color="tab:gray",
-                  label="step, no new rows (floor)")
+        axis.plot(
+            rows,
+            [s["rebuild_s"] for s in summary],
+            "o-",
+            color="tab:red",
+            label="full rebuild (table)",
+        )
+        axis.plot(
+            rows,
+            [s["step_s"] for s in summary],
+            "o-",
+            color="tab:blue",
+            label=f"step, {results['step_rows']:,} new rows",
+        )
+        axis.plot(
+            rows,
+            [s["floor_s"] for s in summary],
+            "o--",
+            color="tab:gray",
+            label="step, no new rows (floor)",
+        )
         for size, s in zip(sizes, summary):
-            axis.annotate(f"{s['rebuild_s']:.1f}s", (size["rows"], s["rebuild_s"]),
-                          textcoords="offset points", xytext=(4, 4), fontsize=8)
-            axis.annotate(f"{s['step_s']:.1f}s", (size["rows"], s["step_s"]),
-                          textcoords="offset points", xytext=(4, -12), fontsize=8)
+            axis.annotate(
+                f"{s['rebuild_s']:.1f}s",
+                (size["rows"], s["rebuild_s"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=8,
+            )
+            axis.annotate(
+                f"{s['step_s']:.1f}s",
+                (size["rows"], s["step_s"]),
+                textcoords="offset points",
+                xytext=(4, -12),
+                fontsize=8,
+            )
         axis.set_xscale("log")
         axis.set_yscale("log")
         axis.yaxis.set_major_formatter(FormatStrFormatter("%g"))
@@ -464,17 +608,24 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
 
 # -- main ---------------------------------------------------------------------------------------
 
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000000,10000000",
-                        help="history sizes (rows in the source), comma-separated")
+    parser.add_argument(
+        "--sizes",
+        default="1000000,10000000",
+        help="history sizes (rows in the source), comma-separated",
+    )
     parser.add_argument("--step-rows", type=int, default=10_000, help="new rows per step")
     parser.add_argument("--steps", type=int, default=5, help="measured steps per size")
     parser.add_argument("--floor-runs", type=int, default=3, help="steps with no new rows")
     parser.add_argument("--seed", type=int, default=7, help="seed of the generated data")
     parser.add_argument("--driver-memory", default="6g", help="spark.driver.memory")
-    parser.add_argument("--work-dir", default=str(BENCH_DIR / "work"),
-                        help="dbt project, warehouse and logs (deleted at start)")
+    parser.add_argument(
+        "--work-dir",
+        default=str(BENCH_DIR / "work"),
+        help="dbt project, warehouse and logs (deleted at start)",
+    )
     parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
     return parser.parse_args(argv)
 
@@ -494,31 +645,43 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     spark = start_session(target)  # the adapter's own session: dbt reuses it
     dbt = Dbt(work)
     results: Dict[str, Any] = {
-        "command": "python bench/step_vs_rebuild.py " + " ".join(
-            sys.argv[1:] if argv is None else argv),
+        "command": "python bench/step_vs_rebuild.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "step_rows": args.step_rows, "steps": args.steps, "floor_runs": args.floor_runs,
-        "seed": args.seed, "machine": machine_info(spark, args), "sizes": [],
+        "step_rows": args.step_rows,
+        "steps": args.steps,
+        "floor_runs": args.floor_runs,
+        "seed": args.seed,
+        "machine": machine_info(spark, args),
+        "sizes": [],
     }
     started = time.monotonic()
     failed = []
     for rows in sizes:
         size = run_size(spark, dbt, rows, args)
         results["sizes"].append(size)
-        failed += [f"{rows:,} rows: {c['view']} != {c['table']} ({c['only_in_view']} rows only "
-                   f"in the view, {c['only_in_table']} only in the table)"
-                   for c in size["verification"] if not c["equal"]]
+        failed += [
+            f"{rows:,} rows: {c['view']} != {c['table']} ({c['only_in_view']} rows only "
+            f"in the view, {c['only_in_table']} only in the table)"
+            for c in size["verification"]
+            if not c["equal"]
+        ]
         # Written after every size, so a long run that is stopped still leaves its results.
         results["elapsed_s"] = time.monotonic() - started
         results["machine"]["load_average_at_end"] = os.getloadavg()
-        (results_dir / "step_vs_rebuild.json").write_text(json.dumps(results, indent=1,
-                                                                      default=str))
+        (results_dir / "step_vs_rebuild.json").write_text(
+            json.dumps(results, indent=1, default=str)
+        )
         write_report(results, results_dir / "step_vs_rebuild.md")
         write_plot(results, results_dir / "step_vs_rebuild.png")
         print(f"wrote {results_dir / 'step_vs_rebuild.md'} and .png/.json", flush=True)
     if failed:
-        print("VERIFICATION FAILED: the incremental views differ from a full rebuild:\n  "
-              + "\n  ".join(failed), file=sys.stderr, flush=True)
+        print(
+            "VERIFICATION FAILED: the incremental views differ from a full rebuild:\n  "
+            + "\n  ".join(failed),
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 0
 

@@ -31,33 +31,62 @@ PROJECT = ROOT / "sample_project"
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--steps", type=int, default=4, help="number of steps")
     p.add_argument("--rate", type=int, default=200, help="new events per source table per step")
-    p.add_argument("--disorder", type=int, default=45,
-                   help="events are stamped up to this many minutes before the step's clock")
-    p.add_argument("--late-share", type=float, default=0.03,
-                   help="share of events stamped below the waterline (too late)")
-    p.add_argument("--bad-share", type=float, default=0.01,
-                   help="share of purchases with an undecodable or far-future date_time")
-    p.add_argument("--update-share", type=float, default=0.05,
-                   help="share of the previous step's rows updated")
-    p.add_argument("--delete-share", type=float, default=0.02,
-                   help="share of the previous step's rows deleted")
-    p.add_argument("--step-minutes", type=int, default=30,
-                   help="how far the simulated event clock moves per step")
+    p.add_argument(
+        "--disorder",
+        type=int,
+        default=45,
+        help="events are stamped up to this many minutes before the step's clock",
+    )
+    p.add_argument(
+        "--late-share",
+        type=float,
+        default=0.03,
+        help="share of events stamped below the waterline (too late)",
+    )
+    p.add_argument(
+        "--bad-share",
+        type=float,
+        default=0.01,
+        help="share of purchases with an undecodable or far-future date_time",
+    )
+    p.add_argument(
+        "--update-share", type=float, default=0.05, help="share of the previous step's rows updated"
+    )
+    p.add_argument(
+        "--delete-share", type=float, default=0.02, help="share of the previous step's rows deleted"
+    )
+    p.add_argument(
+        "--step-minutes",
+        type=int,
+        default=30,
+        help="how far the simulated event clock moves per step",
+    )
     p.add_argument("--seed", type=int, default=42, help="random seed of the generator")
     p.add_argument("--target", default="local", help="profile target (local or cluster)")
-    p.add_argument("--warehouse-dir", default=None,
-                   help="embedded warehouse (default: sample_project/warehouse)")
-    p.add_argument("--target-path", default=None,
-                   help="dbt's target directory (default: sample_project/target)")
-    p.add_argument("--chart", default=None,
-                   help="PNG to write (default: <target-path>/streamsql_demo.png)")
+    p.add_argument(
+        "--warehouse-dir",
+        default=None,
+        help="embedded warehouse (default: sample_project/warehouse)",
+    )
+    p.add_argument(
+        "--target-path",
+        default=None,
+        help="dbt's target directory (default: sample_project/target)",
+    )
+    p.add_argument(
+        "--chart", default=None, help="PNG to write (default: <target-path>/streamsql_demo.png)"
+    )
     p.add_argument("--summary", default=None, help="also write the step table as JSON here")
-    p.add_argument("--keep", action="store_true",
-                   help="keep the existing warehouse instead of starting from an empty one")
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the existing warehouse instead of starting from an empty one",
+    )
     p.add_argument("--skip-tests", action="store_true", help="do not run `dbt test` per step")
     return p.parse_args(argv)
 
@@ -104,9 +133,20 @@ class Demo:
     # -- dbt, in process ---------------------------------------------------------------------
 
     def common(self) -> List[str]:
-        return ["--project-dir", str(PROJECT), "--profiles-dir", str(PROJECT),
-                "--target", self.args.target, "--target-path", str(self.target_path),
-                "--log-path", str(self.log_path), "--quiet", "--no-use-colors"]
+        return [
+            "--project-dir",
+            str(PROJECT),
+            "--profiles-dir",
+            str(PROJECT),
+            "--target",
+            self.args.target,
+            "--target-path",
+            str(self.target_path),
+            "--log-path",
+            str(self.log_path),
+            "--quiet",
+            "--no-use-colors",
+        ]
 
     def dbt(self, *command: str) -> Any:
         result = self.runner.invoke([*command, *self.common()])
@@ -138,22 +178,33 @@ class Demo:
             raise SystemExit(f"dbt parse failed: {parsed.exception}")
         self.runner = dbtRunner(manifest=parsed.result)
         jvm_log = self.log_path / "spark.log"
-        say(f"starting Spark and creating the source tables (Delta, change data feed on); "
-            f"Spark's own log: {jvm_log}")
+        say(
+            f"starting Spark and creating the source tables (Delta, change data feed on); "
+            f"Spark's own log: {jvm_log}"
+        )
         started = time.monotonic()
         with jvm_output_to(jvm_log):
             result = self.runner.invoke(["run-operation", "create_demo_sources", *self.common()])
         if not result.success:
-            raise SystemExit(f"could not create the source tables: {result.exception} "
-                             f"(see {jvm_log} and {self.log_path / 'dbt.log'})")
+            raise SystemExit(
+                f"could not create the source tables: {result.exception} "
+                f"(see {jvm_log} and {self.log_path / 'dbt.log'})"
+            )
         say(f"ready in {time.monotonic() - started:.0f} s")
 
     def step(self, n: int) -> Dict[str, Any]:
         a = self.args
-        generator = {"step": n, "rate": a.rate, "disorder": a.disorder,
-                     "late_share": a.late_share, "bad_share": a.bad_share,
-                     "update_share": a.update_share, "delete_share": a.delete_share,
-                     "seed": a.seed, "step_minutes": a.step_minutes}
+        generator = {
+            "step": n,
+            "rate": a.rate,
+            "disorder": a.disorder,
+            "late_share": a.late_share,
+            "bad_share": a.bad_share,
+            "update_share": a.update_share,
+            "delete_share": a.delete_share,
+            "seed": a.seed,
+            "step_minutes": a.step_minutes,
+        }
         say(f"step {n}/{a.steps}: generating events")
         started = time.monotonic()
         if not self.dbt("run-operation", "generate_step", "--args", json.dumps(generator)).success:
@@ -168,8 +219,13 @@ class Demo:
             response = result.get("adapter_response") or {}
             if "step" not in response:
                 continue  # not an incremental_view
-            models.append({"model": result["unique_id"].split(".")[-1], **response,
-                           "status": result["status"]})
+            models.append(
+                {
+                    "model": result["unique_id"].split(".")[-1],
+                    **response,
+                    "status": result["status"],
+                }
+            )
         if not run.success:
             for result in self.run_results():
                 if result["status"] not in ("success", "pass"):
@@ -185,14 +241,20 @@ class Demo:
                 if result["status"] == "pass":
                     tests_passed += 1
                 else:
-                    message = f"step {n}: {result['unique_id']}: {result['status']} " \
-                              f"({result.get('message') or result.get('failures')})"
+                    message = (
+                        f"step {n}: {result['unique_id']}: {result['status']} "
+                        f"({result.get('message') or result.get('failures')})"
+                    )
                     self.failures.append(message)
                     print(f"   !! {message}", file=sys.stderr)
         tested = time.monotonic()
 
-        waterlines = {f"{m['model']}.{col}": value for m in models
-                      for col, value in (m.get("waterline") or {}).items() if value}
+        waterlines = {
+            f"{m['model']}.{col}": value
+            for m in models
+            for col, value in (m.get("waterline") or {}).items()
+            if value
+        }
         row = {
             "step": n,
             "changes_read": sum(m.get("changes_read", 0) for m in models),
@@ -214,26 +276,34 @@ class Demo:
 
     # -- output ------------------------------------------------------------------------------
 
-    HEADER = (f"{'step':>4} {'read':>6} {'applied':>7} {'late':>5} {'held':>5}  "
-              f"{'waterline (min)':<19} {'seconds':>7} {'run s':>6} {'tests':>7}")
+    HEADER = (
+        f"{'step':>4} {'read':>6} {'applied':>7} {'late':>5} {'held':>5}  "
+        f"{'waterline (min)':<19} {'seconds':>7} {'run s':>6} {'tests':>7}"
+    )
 
     def print_row(self, row: Dict[str, Any]) -> None:
-        tests = "skipped" if self.args.skip_tests else \
-            f"{row['tests_passed']}/{row['tests_total']}"
-        print(f"{row['step']:>4} {row['changes_read']:>6} {row['applied']:>7} {row['late']:>5} "
-              f"{row['held']:>5}  {row['waterline'] or 'none':<19} {row['seconds']:>7.1f} "
-              f"{row['run_s']:>6.1f} {tests:>7}", flush=True)
+        tests = "skipped" if self.args.skip_tests else f"{row['tests_passed']}/{row['tests_total']}"
+        print(
+            f"{row['step']:>4} {row['changes_read']:>6} {row['applied']:>7} {row['late']:>5} "
+            f"{row['held']:>5}  {row['waterline'] or 'none':<19} {row['seconds']:>7.1f} "
+            f"{row['run_s']:>6.1f} {tests:>7}",
+            flush=True,
+        )
 
     def print_models(self) -> None:
         last = self.rows[-1]
         print(f"\nStep {last['step']} per model (run_results.json adapter_response):")
-        print(f"  {'model':<28} {'read':>5} {'applied':>7} {'late':>5} {'held':>5}  "
-              f"{'waterline':<32} plan")
+        print(
+            f"  {'model':<28} {'read':>5} {'applied':>7} {'late':>5} {'held':>5}  "
+            f"{'waterline':<32} plan"
+        )
         for m in last["models"]:
             waterline = ", ".join(f"{k}={v}" for k, v in (m.get("waterline") or {}).items())
-            print(f"  {m['model']:<28} {m.get('changes_read', 0):>5} {m.get('applied', 0):>7} "
-                  f"{m.get('late', 0):>5} {m.get('held', 0):>5}  {waterline or '-':<32} "
-                  f"{m.get('plan')} ({m.get('reason')})")
+            print(
+                f"  {m['model']:<28} {m.get('changes_read', 0):>5} {m.get('applied', 0):>7} "
+                f"{m.get('late', 0):>5} {m.get('held', 0):>5}  {waterline or '-':<32} "
+                f"{m.get('plan')} ({m.get('reason')})"
+            )
         notes = sorted({note for m in last["models"] for note in m.get("notes") or []})
         if notes:  # recoveries and retention warnings (docs/steps.md)
             print("\nNotes of the step lines:")
@@ -250,8 +320,11 @@ class Demo:
         steps = [r["step"] for r in self.rows]
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
         for name in sorted({k for r in self.rows for k in r["waterlines"]}):
-            points = [(r["step"], datetime.fromisoformat(r["waterlines"][name]))
-                      for r in self.rows if name in r["waterlines"]]
+            points = [
+                (r["step"], datetime.fromisoformat(r["waterlines"][name]))
+                for r in self.rows
+                if name in r["waterlines"]
+            ]
             top.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
         top.yaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
         top.set_ylabel("waterline (event time)")
@@ -261,12 +334,19 @@ class Demo:
         models = sorted({m["model"] for r in self.rows for m in r["models"] if m.get("late")})
         bottoms = [0] * len(steps)
         for model in models or ["(none)"]:
-            late = [sum(m.get("late", 0) for m in r["models"] if m["model"] == model)
-                    for r in self.rows]
+            late = [
+                sum(m.get("late", 0) for m in r["models"] if m["model"] == model) for r in self.rows
+            ]
             bottom.bar(steps, late, bottom=bottoms, label=f"{model} late")
             bottoms = [b + v for b, v in zip(bottoms, late)]
-        bottom.plot(steps, [r["held"] for r in self.rows], color="black", marker="s",
-                    linestyle="--", label="held (WATERMARK)")
+        bottom.plot(
+            steps,
+            [r["held"] for r in self.rows],
+            color="black",
+            marker="s",
+            linestyle="--",
+            label="held (WATERMARK)",
+        )
         bottom.set_xlabel("step")
         bottom.set_ylabel("rows")
         bottom.set_xticks(steps)
@@ -280,13 +360,22 @@ class Demo:
     def print_next(self) -> None:
         schema = "demo"
         shows = [
-            ("select _streamsql_step, _streamsql_reason, _streamsql_change, count(*) as n "
-             f"from {schema}.stg_purchases__late group by all order by 1, 2, 3", ""),
+            (
+                "select _streamsql_step, _streamsql_reason, _streamsql_change, count(*) as n "
+                f"from {schema}.stg_purchases__late group by all order by 1, 2, 3",
+                "",
+            ),
             (f"select * from {schema}.stg_purchases__late order by _streamsql_step", " --limit 20"),
-            ("select step, column_name, waterline, max_seen "
-             f"from {schema}.stg_purchases__waterline order by step", ""),
-            (f"select * from {schema}.stg_sensors__pending "
-             "where _streamsql_released_step is null", ""),
+            (
+                "select step, column_name, waterline, max_seen "
+                f"from {schema}.stg_purchases__waterline order by step",
+                "",
+            ),
+            (
+                f"select * from {schema}.stg_sensors__pending "
+                "where _streamsql_released_step is null",
+                "",
+            ),
         ]
         commands = "\n".join(f'  dbt show --inline "{query}"{options}' for query, options in shows)
         print(f"""
@@ -310,15 +399,27 @@ Chart of waterlines and late rows per step: {self.chart}""")
         seconds = time.monotonic() - wall
         if self.args.summary:
             with open(self.args.summary, "w") as handle:
-                json.dump({"steps": self.rows, "tests_passed": passed, "tests_total": total,
-                           "failures": self.failures, "chart": str(self.chart),
-                           "seconds": round(seconds, 1)}, handle, indent=2, default=str)
+                json.dump(
+                    {
+                        "steps": self.rows,
+                        "tests_passed": passed,
+                        "tests_total": total,
+                        "failures": self.failures,
+                        "chart": str(self.chart),
+                        "seconds": round(seconds, 1),
+                    },
+                    handle,
+                    indent=2,
+                    default=str,
+                )
         self.print_next()
         if self.args.skip_tests:
             print(f"\n{len(self.rows)} steps in {seconds:.0f} s (tests skipped).")
         else:
-            print(f"\n{len(self.rows)} steps in {seconds:.0f} s; dbt tests: {passed}/{total} "
-                  "passed" + ("." if not self.failures else ", failures above."))
+            print(
+                f"\n{len(self.rows)} steps in {seconds:.0f} s; dbt tests: {passed}/{total} "
+                "passed" + ("." if not self.failures else ", failures above.")
+            )
         return 1 if self.failures else 0
 
 

@@ -71,14 +71,16 @@ def tail(path: Path, lines: int = 60) -> str:
 def server_env(log_dir: Path) -> Dict[str, str]:
     env = dict(os.environ)
     home = spark_home()
-    env.update({
-        "SPARK_HOME": str(home),
-        "SPARK_LOCAL_IP": LOOPBACK,
-        "SPARK_LOCAL_HOSTNAME": LOOPBACK,
-        "SPARK_MASTER_HOST": LOOPBACK,
-        "SPARK_LOG_DIR": str(log_dir),
-        "SPARK_NO_DAEMONIZE": "1",
-    })
+    env.update(
+        {
+            "SPARK_HOME": str(home),
+            "SPARK_LOCAL_IP": LOOPBACK,
+            "SPARK_LOCAL_HOSTNAME": LOOPBACK,
+            "SPARK_MASTER_HOST": LOOPBACK,
+            "SPARK_LOG_DIR": str(log_dir),
+            "SPARK_NO_DAEMONIZE": "1",
+        }
+    )
     # A pyspark installation has no conf/ directory; Spark's defaults are fine without one.
     env.pop("SPARK_CONF_DIR", None)
     return env
@@ -98,8 +100,13 @@ class SparkProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as output:
             self.process = subprocess.Popen(
-                self.command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.env, cwd=str(self.log.parent), start_new_session=True,
+                self.command,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=str(self.log.parent),
+                start_new_session=True,
             )
 
     @property
@@ -110,8 +117,10 @@ class SparkProcess:
         return self.process is not None and self.process.poll() is None
 
     def fail(self, why: str) -> "ServerError":
-        return ServerError(f"{self.name} {why}. Command: {' '.join(self.command)}\n"
-                           f"Last lines of {self.log}:\n{tail(self.log)}")
+        return ServerError(
+            f"{self.name} {why}. Command: {' '.join(self.command)}\n"
+            f"Last lines of {self.log}:\n{tail(self.log)}"
+        )
 
     def stop(self, grace: float = 20.0) -> None:
         """Stop the process and everything it started (its process group)."""
@@ -174,9 +183,19 @@ class StandaloneCluster:
         spark_class = str(spark_home() / "bin" / "spark-class")
         self.master = SparkProcess(
             "Spark standalone master",
-            [spark_class, MASTER_CLASS, "--host", LOOPBACK, "--port", str(self.port),
-             "--webui-port", str(self.ui_port)],
-            self.root / "logs" / "master.log", env)
+            [
+                spark_class,
+                MASTER_CLASS,
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.ui_port),
+            ],
+            self.root / "logs" / "master.log",
+            env,
+        )
         try:
             self._start_servers(env, spark_class, timeout)
         except BaseException:
@@ -192,19 +211,40 @@ class StandaloneCluster:
         work_dir.mkdir(parents=True, exist_ok=True)
         self.worker = SparkProcess(
             "Spark standalone worker",
-            [spark_class, WORKER_CLASS, "--host", LOOPBACK, "--port", str(free_port()),
-             "--webui-port", str(free_port()), "--cores", str(self.worker_cores),
-             "--memory", self.worker_memory, "--work-dir", str(work_dir), self.url],
-            self.root / "logs" / "worker.log", env)
+            [
+                spark_class,
+                WORKER_CLASS,
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(free_port()),
+                "--webui-port",
+                str(free_port()),
+                "--cores",
+                str(self.worker_cores),
+                "--memory",
+                self.worker_memory,
+                "--work-dir",
+                str(work_dir),
+                self.url,
+            ],
+            self.root / "logs" / "worker.log",
+            env,
+        )
         self.worker.start()
-        wait_until(lambda: (self.status() or {}).get("aliveworkers", 0) >= 1, self.worker,
-                   timeout, f"registering with the master at {self.url}")
+        wait_until(
+            lambda: (self.status() or {}).get("aliveworkers", 0) >= 1,
+            self.worker,
+            timeout,
+            f"registering with the master at {self.url}",
+        )
 
     def status(self) -> Optional[dict]:
         """The master's JSON status page, or None while it does not answer."""
         try:
-            with urllib.request.urlopen(f"http://{LOOPBACK}:{self.ui_port}/json/",
-                                        timeout=2) as response:
+            with urllib.request.urlopen(
+                f"http://{LOOPBACK}:{self.ui_port}/json/", timeout=2
+            ) as response:
                 return json.loads(response.read().decode())
         except (OSError, ValueError):
             return None
@@ -236,19 +276,25 @@ def resolve_jars(packages: str, ivy_settings: Optional[str], log: Path) -> List[
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as output:
         try:
-            gateway = launch_gateway(conf, popen_kwargs={"stdout": output,
-                                                         "stderr": subprocess.STDOUT})
+            gateway = launch_gateway(
+                conf, popen_kwargs={"stdout": output, "stderr": subprocess.STDOUT}
+            )
         except Exception as exc:
-            raise ServerError(f"Could not resolve {packages} (Ivy, Maven Central): {exc}\n"
-                              f"Last lines of {log}:\n{tail(log)}") from exc
+            raise ServerError(
+                f"Could not resolve {packages} (Ivy, Maven Central): {exc}\n"
+                f"Last lines of {log}:\n{tail(log)}"
+            ) from exc
     try:
         jars = gateway.jvm.System.getProperty("spark.jars") or ""
     finally:
         gateway.shutdown()
         gateway.proc.stdin.close()  # the gateway JVM exits when its stdin closes
         gateway.proc.wait(timeout=60)
-    return [urllib.parse.urlparse(jar).path if jar.startswith("file:") else jar
-            for jar in jars.split(",") if jar]
+    return [
+        urllib.parse.urlparse(jar).path if jar.startswith("file:") else jar
+        for jar in jars.split(",")
+        if jar
+    ]
 
 
 def artifact_name(jar: str, ivy: bool = False) -> str:
@@ -273,13 +319,18 @@ def driver_class_path(jars: Sequence[str]) -> List[str]:
     return [jar for jar in jars if artifact_name(jar, ivy=True) not in shipped]
 
 
-def thrift_server_conf(warehouse_dir: Path, overrides: Optional[Dict[str, str]] = None
-                       ) -> Dict[str, str]:
+def thrift_server_conf(
+    warehouse_dir: Path, overrides: Optional[Dict[str, str]] = None
+) -> Dict[str, str]:
     """The embedded session's settings (Delta, metastore, warehouse), for a Thrift Server."""
     from dbt.adapters.streamsql.embedded_spark import SessionSettings
 
-    settings = SessionSettings(warehouse_dir=str(warehouse_dir), master="", lock_timeout=0,
-                               server_side_parameters=dict(overrides or {}))
+    settings = SessionSettings(
+        warehouse_dir=str(warehouse_dir),
+        master="",
+        lock_timeout=0,
+        server_side_parameters=dict(overrides or {}),
+    )
     conf = settings.spark_conf()
     conf["spark.app.name"] = "dbt-streamsql Thrift Server"
     return conf
@@ -296,9 +347,13 @@ class ThriftServer:
         conf: Spark settings that override the defaults (e.g. executor memory).
     """
 
-    def __init__(self, root: Path, master: str = "local[2]",
-                 conf: Optional[Dict[str, str]] = None,
-                 warehouse_dir: Optional[Path] = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        master: str = "local[2]",
+        conf: Optional[Dict[str, str]] = None,
+        warehouse_dir: Optional[Path] = None,
+    ) -> None:
         self.root = Path(root)
         self.master = master
         self.warehouse_dir = Path(warehouse_dir or self.root / "warehouse").resolve()
@@ -325,30 +380,48 @@ class ThriftServer:
         if packages:
             conf["spark.jars"] = ",".join(resolve_jars(packages, ivy_settings, self.log))
         jars = [jar for jar in conf.get("spark.jars", "").split(",") if jar]
-        command = [str(spark_home() / "bin" / "spark-submit"), "--master", self.master,
-                   "--class", THRIFT_SERVER_CLASS, "--name", conf.pop("spark.app.name"),
-                   "--driver-memory", conf.pop("spark.driver.memory"),
-                   "--driver-class-path", ":".join(driver_class_path(jars))]
+        command = [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--master",
+            self.master,
+            "--class",
+            THRIFT_SERVER_CLASS,
+            "--name",
+            conf.pop("spark.app.name"),
+            "--driver-memory",
+            conf.pop("spark.driver.memory"),
+            "--driver-class-path",
+            ":".join(driver_class_path(jars)),
+        ]
         # spark-submit applies the driver's JVM options before the JVM starts only when given
         # as its own flag (a --conf would be too late for Derby's home directory).
         command += ["--driver-java-options", conf.pop("spark.driver.extraJavaOptions")]
         for key, value in conf.items():
             command += ["--conf", f"{key}={value}"]
-        command += ["spark-internal",
-                    "--hiveconf", f"hive.server2.thrift.port={self.port}",
-                    "--hiveconf", f"hive.server2.thrift.bind.host={LOOPBACK}",
-                    "--hiveconf", "hive.server2.logging.operation.log.location="
-                    f"{self.root / 'logs' / 'operations'}"]
+        command += [
+            "spark-internal",
+            "--hiveconf",
+            f"hive.server2.thrift.port={self.port}",
+            "--hiveconf",
+            f"hive.server2.thrift.bind.host={LOOPBACK}",
+            "--hiveconf",
+            f"hive.server2.logging.operation.log.location={self.root / 'logs' / 'operations'}",
+        ]
         return command
 
     def start(self, timeout: float = 300) -> "ThriftServer":
         self.warehouse_dir.mkdir(parents=True, exist_ok=True)
-        self.process = SparkProcess("Spark Thrift Server", self.command(), self.log,
-                                    server_env(self.root / "logs"))
+        self.process = SparkProcess(
+            "Spark Thrift Server", self.command(), self.log, server_env(self.root / "logs")
+        )
         self.process.start()
         try:
-            wait_until(lambda: port_open(self.port), self.process, timeout,
-                       f"listening on {LOOPBACK}:{self.port}")
+            wait_until(
+                lambda: port_open(self.port),
+                self.process,
+                timeout,
+                f"listening on {LOOPBACK}:{self.port}",
+            )
         except BaseException:
             self.stop()
             raise
@@ -377,13 +450,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.kind == "cluster":
         server = StandaloneCluster(root, args.worker_cores, args.worker_memory)
         server.start()
-        print(f"standalone master {server.url} (web UI http://{LOOPBACK}:{server.ui_port}); "
-              f"in profiles.yml: method: session, master: {server.url}")
+        print(
+            f"standalone master {server.url} (web UI http://{LOOPBACK}:{server.ui_port}); "
+            f"in profiles.yml: method: session, master: {server.url}"
+        )
     else:
         server = ThriftServer(root, master=args.master)  # type: ignore[assignment]
         server.start()
-        print(f"Thrift Server on {LOOPBACK}:{server.port} (warehouse {server.warehouse_dir}); "
-              f"in profiles.yml: method: thrift, host: {LOOPBACK}, port: {server.port}, user: dbt")
+        print(
+            f"Thrift Server on {LOOPBACK}:{server.port} (warehouse {server.warehouse_dir}); "
+            f"in profiles.yml: method: thrift, host: {LOOPBACK}, port: {server.port}, user: dbt"
+        )
     print(f"logs in {root / 'logs'}; Ctrl-C stops", flush=True)
     try:
         while True:

@@ -32,8 +32,12 @@ class DbtProject:
         project_extra: Optional[Dict[str, object]] = None,
     ) -> "DbtProject":
         root.mkdir(parents=True, exist_ok=True)
-        project = {"name": "proc_test", "version": "1.0", "config-version": 2,
-                   "profile": "proc_test"}
+        project = {
+            "name": "proc_test",
+            "version": "1.0",
+            "config-version": 2,
+            "profile": "proc_test",
+        }
         project.update(project_extra or {})
         (root / "dbt_project.yml").write_text(yaml.safe_dump(project))
         (root / "models").mkdir(exist_ok=True)
@@ -47,14 +51,19 @@ class DbtProject:
         profiles = {"proc_test": {"target": "t", "outputs": {"t": self.target}}}
         (self.root / "profiles.yml").write_text(yaml.safe_dump(profiles))
 
-    def dbt(self, *args: str, env: Optional[Dict[str, str]] = None,
-            timeout: int = 600) -> subprocess.CompletedProcess:
+    def dbt(
+        self, *args: str, env: Optional[Dict[str, str]] = None, timeout: int = 600
+    ) -> subprocess.CompletedProcess:
         run_env = dict(os.environ)
         run_env.update(env or {})
         run_env.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
         return subprocess.run(
             [DBT, *args, "--project-dir", str(self.root), "--profiles-dir", str(self.root)],
-            cwd=self.root, env=run_env, capture_output=True, text=True, timeout=timeout,
+            cwd=self.root,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def dbt_popen(self, *args: str) -> subprocess.Popen:
@@ -63,6 +72,10 @@ class DbtProject:
         run_env = dict(os.environ, DBT_SEND_ANONYMOUS_USAGE_STATS="false")
         return subprocess.Popen(
             [DBT, *args, "--project-dir", str(self.root), "--profiles-dir", str(self.root)],
-            cwd=self.root, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, start_new_session=True,
+            cwd=self.root,
+            env=run_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )

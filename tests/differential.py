@@ -58,8 +58,10 @@ def model_columns(project, relation: str) -> List[str]:
 def bag_diff(what: str, expected: Counter, actual: Counter) -> str:
     """How `actual` differs from `expected`: counts, then up to 15 rows of each kind."""
     missing, extra = expected - actual, actual - expected
-    lines = [f"{what}: {sum(missing.values())} row(s) expected but missing, "
-             f"{sum(extra.values())} unexpected"]
+    lines = [
+        f"{what}: {sum(missing.values())} row(s) expected but missing, "
+        f"{sum(extra.values())} unexpected"
+    ]
     lines += [f"  - missing x{n}: {row}" for row, n in sorted(missing.items(), key=repr)[:15]]
     lines += [f"  + extra   x{n}: {row}" for row, n in sorted(extra.items(), key=repr)[:15]]
     return "\n".join(lines)

@@ -67,9 +67,18 @@ class Driver:
         from dbt.cli.main import dbtRunner
 
         self.project = project
-        self.common = ["--project-dir", str(project), "--profiles-dir", str(project),
-                       "--target-path", str(project / "target"),
-                       "--log-path", str(project / "logs"), "--no-use-colors", "--quiet"]
+        self.common = [
+            "--project-dir",
+            str(project),
+            "--profiles-dir",
+            str(project),
+            "--target-path",
+            str(project / "target"),
+            "--log-path",
+            str(project / "logs"),
+            "--no-use-colors",
+            "--quiet",
+        ]
         parsed = dbtRunner().invoke(["parse", *self.common])
         if not parsed.success:
             raise SystemExit(f"dbt parse failed: {parsed.exception}")
@@ -79,24 +88,41 @@ class Driver:
     def invoke(self, *command: str, allow_failures: bool = False) -> Any:
         result = self.runner.invoke([*command, *self.common])
         if result.exception is not None or not (result.success or allow_failures):
-            failed = [f"{r.node.name}: {r.message}" for r in getattr(result.result, "results", [])
-                      if str(r.status) not in ("success", "pass")]
-            raise SystemExit(f"dbt {' '.join(command)} failed: {result.exception or failed} "
-                             f"(log: {self.project / 'logs' / 'dbt.log'})")
+            failed = [
+                f"{r.node.name}: {r.message}"
+                for r in getattr(result.result, "results", [])
+                if str(r.status) not in ("success", "pass")
+            ]
+            raise SystemExit(
+                f"dbt {' '.join(command)} failed: {result.exception or failed} "
+                f"(log: {self.project / 'logs' / 'dbt.log'})"
+            )
         return result
 
     def models(self) -> List[Any]:
-        return sorted((node for node in self.manifest.nodes.values()
-                       if node.resource_type == "model"
-                       and node.config.materialized == "incremental_view"),
-                      key=lambda node: node.name)
+        return sorted(
+            (
+                node
+                for node in self.manifest.nodes.values()
+                if node.resource_type == "model" and node.config.materialized == "incremental_view"
+            ),
+            key=lambda node: node.name,
+        )
 
     def contents(self, model: Any, suffix: str = "") -> List[str]:
         relation = f"{model.schema}.{model.alias or model.name}{suffix}"
-        sql = ("{%- set relation = adapter.get_relation(database=none, schema='" + model.schema
-               + "', identifier='" + (model.alias or model.name) + suffix + "') -%}"
-               + "{%- set excluded = " + json.dumps(sorted(RUN_TIME_COLUMNS)) + " -%}"
-               + CONTENTS_SQL)
+        sql = (
+            "{%- set relation = adapter.get_relation(database=none, schema='"
+            + model.schema
+            + "', identifier='"
+            + (model.alias or model.name)
+            + suffix
+            + "') -%}"
+            + "{%- set excluded = "
+            + json.dumps(sorted(RUN_TIME_COLUMNS))
+            + " -%}"
+            + CONTENTS_SQL
+        )
         result = self.invoke("show", "--inline", sql, "--limit", "-1")
         table = result.result.results[0].agate_table
         rows = [str(row[0]) for row in table.rows]
@@ -119,8 +145,12 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     report["setup_seconds"] = round(time.monotonic() - clock, 1)
     for step in range(1, args.steps + 1):
         clock = time.monotonic()
-        driver.invoke("run-operation", "generate_step",
-                      "--args", json.dumps({"step": step, "rate": args.rate}))
+        driver.invoke(
+            "run-operation",
+            "generate_step",
+            "--args",
+            json.dumps({"step": step, "rate": args.rate}),
+        )
         generated = time.monotonic() - clock
         clock = time.monotonic()
         result = driver.invoke("run")
@@ -137,11 +167,19 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                 "late": response.get("late"),
                 "held": response.get("held"),
             }
-        report["steps"].append({"step": step, "generate_seconds": round(generated, 1),
-                                "run_seconds": round(time.monotonic() - clock, 1),
-                                "models": models})
-        print(f"step {step}: generated in {generated:.1f} s, ran in "
-              f"{time.monotonic() - clock:.1f} s", file=sys.stderr, flush=True)
+        report["steps"].append(
+            {
+                "step": step,
+                "generate_seconds": round(generated, 1),
+                "run_seconds": round(time.monotonic() - clock, 1),
+                "models": models,
+            }
+        )
+        print(
+            f"step {step}: generated in {generated:.1f} s, ran in {time.monotonic() - clock:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     if args.test:
         clock = time.monotonic()
         result = driver.invoke("test", allow_failures=True)

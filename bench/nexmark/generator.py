@@ -50,23 +50,53 @@ ACTIVE_PEOPLE, PERSON_ID_LEAD = 1000, 10
 # Nexmark's auction length: uniform up to twice the event time of 100 auctions in flight.
 AUCTION_HORIZON_MS = IN_FLIGHT_AUCTIONS * TOTAL // AUCTION_PROPORTION * EVENT_SPACING_MS
 
-FIRST_NAMES = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah",
-               "Deiter", "Walter"]
-LAST_NAMES = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones",
-              "Noris"]
+FIRST_NAMES = [
+    "Peter",
+    "Paul",
+    "Luke",
+    "John",
+    "Saul",
+    "Vicky",
+    "Kate",
+    "Julie",
+    "Sarah",
+    "Deiter",
+    "Walter",
+]
+LAST_NAMES = [
+    "Shultz",
+    "Abrams",
+    "Spencer",
+    "White",
+    "Bartels",
+    "Walton",
+    "Smith",
+    "Jones",
+    "Noris",
+]
 US_STATES = ["AZ", "CA", "ID", "OR", "WA", "WY"]
-US_CITIES = ["Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond",
-             "Seattle", "Kent", "Cheyenne"]
+US_CITIES = [
+    "Phoenix",
+    "Los Angeles",
+    "San Francisco",
+    "Boise",
+    "Portland",
+    "Bend",
+    "Redmond",
+    "Seattle",
+    "Kent",
+    "Cheyenne",
+]
 CHANNELS = ["Google", "Facebook", "Baidu", "Apple"]
 
 DDL = {
     "person": "id BIGINT, name STRING, email_address STRING, credit_card STRING, city STRING, "
-              "state STRING, date_time TIMESTAMP, extra STRING",
+    "state STRING, date_time TIMESTAMP, extra STRING",
     "auction": "id BIGINT, item_name STRING, description STRING, initial_bid BIGINT, "
-               "reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT, "
-               "category BIGINT, extra STRING",
+    "reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT, "
+    "category BIGINT, extra STRING",
     "bid": "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
-           "date_time TIMESTAMP, extra STRING",
+    "date_time TIMESTAMP, extra STRING",
 }
 
 
@@ -100,8 +130,10 @@ def _string(seed: int, k: int, length: int) -> str:
 
 def _micros(seed: int) -> str:
     """Event time of event `id` in microseconds since the epoch."""
-    return (f"({BASE_MICROS} + id * {EVENT_SPACING_MS * 1000} "
-            f"- {_uniform(seed, 0, DISORDER_MS)} * 1000 + pmod(id, 1000))")
+    return (
+        f"({BASE_MICROS} + id * {EVENT_SPACING_MS * 1000} "
+        f"- {_uniform(seed, 0, DISORDER_MS)} * 1000 + pmod(id, 1000))"
+    )
 
 
 def _date_time(seed: int) -> str:
@@ -112,11 +144,13 @@ def _date_time(seed: int) -> str:
 EPOCH = f"(id div {TOTAL})"
 OFFSET = f"pmod(id, {TOTAL})"
 LAST_PERSON = EPOCH
-LAST_AUCTION = (f"(CASE WHEN {OFFSET} < {PERSON_PROPORTION} "
-                f"THEN ({EPOCH} - 1) * {AUCTION_PROPORTION} + {AUCTION_PROPORTION - 1} "
-                f"WHEN {OFFSET} >= {PERSON_PROPORTION + AUCTION_PROPORTION}"
-                f" THEN {EPOCH} * {AUCTION_PROPORTION} + {AUCTION_PROPORTION - 1}"
-                f" ELSE {EPOCH} * {AUCTION_PROPORTION} + {OFFSET} - {PERSON_PROPORTION} END)")
+LAST_AUCTION = (
+    f"(CASE WHEN {OFFSET} < {PERSON_PROPORTION} "
+    f"THEN ({EPOCH} - 1) * {AUCTION_PROPORTION} + {AUCTION_PROPORTION - 1} "
+    f"WHEN {OFFSET} >= {PERSON_PROPORTION + AUCTION_PROPORTION}"
+    f" THEN {EPOCH} * {AUCTION_PROPORTION} + {AUCTION_PROPORTION - 1}"
+    f" ELSE {EPOCH} * {AUCTION_PROPORTION} + {OFFSET} - {PERSON_PROPORTION} END)"
+)
 
 
 def _next_person(seed: int, k: int) -> str:
@@ -129,8 +163,10 @@ def _next_person(seed: int, k: int) -> str:
 
 def _next_auction(seed: int, k: int) -> str:
     low = f"greatest({LAST_AUCTION} - {IN_FLIGHT_AUCTIONS}, 0)"
-    return (f"({low} + pmod(xxhash64(id, {seed * 100 + k}), "
-            f"{LAST_AUCTION} - {low} + 1 + {AUCTION_ID_LEAD}))")
+    return (
+        f"({low} + pmod(xxhash64(id, {seed * 100 + k}), "
+        f"{LAST_AUCTION} - {low} + 1 + {AUCTION_ID_LEAD}))"
+    )
 
 
 def _hot(seed: int, k: int, ratio: int) -> str:
@@ -152,11 +188,14 @@ def select_sql(table: str, start: int, end: int, seed: int, partitions: int = 1)
             f"lpad(CAST({_uniform(seed, 8, 10000)} AS STRING), 4, '0')) AS credit_card, "
             f"{_pick(US_CITIES, seed, 9)} AS city, {_pick(US_STATES, seed, 10)} AS state, "
             f"{dt} AS date_time, {_string(seed, 11, 8)} AS extra "
-            f"FROM {src} WHERE {OFFSET} < {PERSON_PROPORTION}")
+            f"FROM {src} WHERE {OFFSET} < {PERSON_PROPORTION}"
+        )
     if table == "auction":
-        seller = (f"{FIRST_PERSON_ID} + CASE WHEN {_hot(seed, 20, HOT_SELLER_RATIO)} "
-                  f"THEN ({LAST_PERSON} div {HOT_ID_BLOCK}) * {HOT_ID_BLOCK} "
-                  f"ELSE {_next_person(seed, 21)} END")
+        seller = (
+            f"{FIRST_PERSON_ID} + CASE WHEN {_hot(seed, 20, HOT_SELLER_RATIO)} "
+            f"THEN ({LAST_PERSON} div {HOT_ID_BLOCK}) * {HOT_ID_BLOCK} "
+            f"ELSE {_next_person(seed, 21)} END"
+        )
         return (
             f"SELECT {FIRST_AUCTION_ID} + {LAST_AUCTION} AS id, "
             f"concat('item-', {_string(seed, 22, 8)}) AS item_name, "
@@ -170,29 +209,37 @@ def select_sql(table: str, start: int, end: int, seed: int, partitions: int = 1)
             f"{FIRST_CATEGORY_ID} + {_uniform(seed, 27, NUM_CATEGORIES)} AS category, "
             f"{_string(seed, 28, 8)} AS extra "
             f"FROM {src} WHERE {OFFSET} >= {PERSON_PROPORTION} "
-            f"AND {OFFSET} < {PERSON_PROPORTION + AUCTION_PROPORTION}")
+            f"AND {OFFSET} < {PERSON_PROPORTION + AUCTION_PROPORTION}"
+        )
     if table == "bid":
-        auction = (f"{FIRST_AUCTION_ID} + CASE WHEN {_hot(seed, 30, HOT_AUCTION_RATIO)} "
-                   f"THEN ({LAST_AUCTION} div {HOT_ID_BLOCK}) * {HOT_ID_BLOCK} "
-                   f"ELSE {_next_auction(seed, 31)} END")
-        bidder = (f"{FIRST_PERSON_ID} + CASE WHEN {_hot(seed, 32, HOT_BIDDER_RATIO)} "
-                  f"THEN ({LAST_PERSON} div {HOT_ID_BLOCK}) * {HOT_ID_BLOCK} + 1 "
-                  f"ELSE {_next_person(seed, 33)} END")
+        auction = (
+            f"{FIRST_AUCTION_ID} + CASE WHEN {_hot(seed, 30, HOT_AUCTION_RATIO)} "
+            f"THEN ({LAST_AUCTION} div {HOT_ID_BLOCK}) * {HOT_ID_BLOCK} "
+            f"ELSE {_next_auction(seed, 31)} END"
+        )
+        bidder = (
+            f"{FIRST_PERSON_ID} + CASE WHEN {_hot(seed, 32, HOT_BIDDER_RATIO)} "
+            f"THEN ({LAST_PERSON} div {HOT_ID_BLOCK}) * {HOT_ID_BLOCK} + 1 "
+            f"ELSE {_next_person(seed, 33)} END"
+        )
         return (
             f"SELECT {auction} AS auction, {bidder} AS bidder, {_price(seed, 34)} AS price, "
             f"{_pick(CHANNELS, seed, 35)} AS channel, "
             f"concat('https://www.nexmark.com/', {_string(seed, 36, 5)}, '/item.htm?query=1') "
             f"AS url, "
             f"{dt} AS date_time, {_string(seed, 37, 8)} AS extra "
-            f"FROM {src} WHERE {OFFSET} >= {PERSON_PROPORTION + AUCTION_PROPORTION}")
+            f"FROM {src} WHERE {OFFSET} >= {PERSON_PROPORTION + AUCTION_PROPORTION}"
+        )
     raise ValueError(table)
 
 
 def create_tables(spark: Any) -> None:
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
     for table, columns in DDL.items():
-        spark.sql(f"CREATE TABLE {SCHEMA}.{table} ({columns}) USING delta "
-                  "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
+        spark.sql(
+            f"CREATE TABLE {SCHEMA}.{table} ({columns}) USING delta "
+            "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+        )
 
 
 def append_events(spark: Any, start: int, end: int, seed: int) -> Dict[str, int]:
@@ -209,5 +256,6 @@ def _count(table: str, start: int, end: int) -> int:
     def upto(n: int, low: int, high: int) -> int:  # events below n with offset in [low, high)
         full, rest = divmod(n, TOTAL)
         return full * (high - low) + max(0, min(rest, high) - low)
+
     low, high = {"person": (0, 1), "auction": (1, 4), "bid": (4, 50)}[table]
     return upto(end, low, high) - upto(start, low, high)

@@ -52,8 +52,10 @@ class Query:
 
 
 def _since(column: str, lookback: str, this_column: str = "date_time") -> str:
-    return (f"{column} > (select coalesce(max({this_column}), timestamp'1970-01-01 00:00:00') "
-            f"- {lookback} from @this)")
+    return (
+        f"{column} > (select coalesce(max({this_column}), timestamp'1970-01-01 00:00:00') "
+        f"- {lookback} from @this)"
+    )
 
 
 Q0 = "select auction, bidder, price, date_time, extra from @bid"
@@ -132,82 +134,162 @@ group by auction, window(date_time, '10 seconds')"""
 
 # Windows of 10 s: a bid of the next step lands in a window starting after
 # max(window start in the model) - 5 s - 10 s; recompute windows from 20 s before it, completely.
-_WINDOW_CUTOFF = ("(select coalesce(max({col}), timestamp'1970-01-01 00:00:00') "
-                  "- INTERVAL 20 SECONDS from @this)")
+_WINDOW_CUTOFF = (
+    "(select coalesce(max({col}), timestamp'1970-01-01 00:00:00') - INTERVAL 20 SECONDS from @this)"
+)
 
 _MERGE_CANNOT_DELETE = (
     "a new bid can take the top spot of a window from rows already written, which must then be "
     "deleted; dbt-spark's merge strategy only inserts and updates by unique_key (and "
     "insert_overwrite would need a partition column per window), so no correct incremental "
-    "model can be written with it")
+    "model can be written with it"
+)
 
-QUERIES: Dict[str, Query] = {q.name: q for q in [
-    Query("q0", "pass-through", Q0, ["bid"],
-          incremental=Q0 + "\n{% if is_incremental() %}where " + _since("date_time", LOOKBACK)
-          + "{% endif %}",
-          unique_key=["auction", "bidder", "date_time"]),
-    Query("q1", "currency conversion", Q1, ["bid"],
-          incremental=Q1 + "\n{% if is_incremental() %}where " + _since("date_time", LOOKBACK)
-          + "{% endif %}",
-          unique_key=["auction", "bidder", "date_time"]),
-    Query("q2", "selection", Q2, ["bid"],
-          no_incremental=(
-              "the result (auction, price) has no key and no event time: merge needs a "
-              "unique_key, and append needs to know from the model's table which bids it has "
-              "already seen; neither is in the result")),
-    Query("q3", "local item suggestion (join)", Q3, ["auction", "person"],
-          # New auctions have ids above every id written; an older auction can only gain a match
-          # from a new person (its seller was up to 10 persons ahead), and such an auction is at
-          # most ~30 auction ids before the newest auction id. 60 is the margin.
-          incremental=Q3 + "\n{% if is_incremental() %}and A.id > "
-          "(select coalesce(max(id), 0) - 60 from @this){% endif %}",
-          unique_key=["id"]),
-    Query("q4", "average price per category (join, nested aggregate)", Q4, ["auction", "bid"],
-          no_incremental=(
-              "each category's average is over the maximum bid of every auction in it, and every "
-              "step's bids touch all 5 categories: a correct filter re-reads every auction's "
-              "bids, i.e. it is the full rebuild plus a merge"),
-          stream_mode="update", stream_key=["category"]),
-    Query("q5", "hot items (hopping window, aggregate of aggregate, join)", Q5, ["bid"],
-          no_incremental=_MERGE_CANNOT_DELETE, stream_mode="append",
-          stream_closed="starttime < @watermark - INTERVAL 20 SECONDS"),
-    Query("q7", "highest bid (tumbling window max, join)", Q7, ["bid"],
-          no_incremental=_MERGE_CANNOT_DELETE, stream_mode="append",
-          stream_closed="date_time < @watermark - INTERVAL 20 SECONDS"),
-    Query("q8", "monitor new users (two windowed aggregates, join)",
-          Q8.format(person_filter="", auction_filter=""), ["auction", "person"],
-          incremental="select * from (\n" + Q8.format(
-              person_filter="\n{% if is_incremental() %}  where date_time >= "
-              + _WINDOW_CUTOFF.format(col="starttime") + "{% endif %}",
-              auction_filter="\n{% if is_incremental() %}  where date_time >= "
-              + _WINDOW_CUTOFF.format(col="starttime") + "{% endif %}")
-          + "\n) w\n{% if is_incremental() %}where starttime >= "
-          + _WINDOW_CUTOFF.format(col="starttime") + "{% endif %}",
-          unique_key=["id", "starttime"], stream_mode="append",
-          stream_closed="starttime < @watermark - INTERVAL 20 SECONDS"),
-    Query("q6", "average selling price per seller, last 10 auctions (aggregate, window)", Q6,
-          ["auction", "bid"],
-          no_incremental=(
-              "each seller's average runs over their last 10 closed auctions, and a bid can "
-              "change an auction's final price and close time, hence the averages of every "
-              "later auction of the seller: merge by key cannot delete or re-rank those rows "
-              "from a filtered read")),
-    Query("q9", "winning bid per auction (top-1 over a join)", Q9, ["auction", "bid"],
-          no_incremental=(
-              "a new bid can take the top spot of an auction already written and its old winner "
-              "must go; a filter on new bids does not see the auction's earlier bids"),
-          stream_mode="update", stream_key=["id"]),
-    Query("qlate", "bids per auction per 10 s window, LATENESS 20 s on the window start",
-          QLATE.format(bid_filter=""), ["bid"],
-          incremental="select * from (\n" + QLATE.format(
-              bid_filter="\n{% if is_incremental() %}where date_time >= "
-              + _WINDOW_CUTOFF.format(col="date_time") + "{% endif %}")
-          + "\n) w\n{% if is_incremental() %}where date_time >= "
-          + _WINDOW_CUTOFF.format(col="date_time") + "{% endif %}",
-          unique_key=["auction", "date_time"],
-          view_config={"lateness": {"date_time": "INTERVAL 20 SECONDS"}},
-          stream_mode="update", stream_key=["auction", "date_time"]),
-]}
+QUERIES: Dict[str, Query] = {
+    q.name: q
+    for q in [
+        Query(
+            "q0",
+            "pass-through",
+            Q0,
+            ["bid"],
+            incremental=Q0
+            + "\n{% if is_incremental() %}where "
+            + _since("date_time", LOOKBACK)
+            + "{% endif %}",
+            unique_key=["auction", "bidder", "date_time"],
+        ),
+        Query(
+            "q1",
+            "currency conversion",
+            Q1,
+            ["bid"],
+            incremental=Q1
+            + "\n{% if is_incremental() %}where "
+            + _since("date_time", LOOKBACK)
+            + "{% endif %}",
+            unique_key=["auction", "bidder", "date_time"],
+        ),
+        Query(
+            "q2",
+            "selection",
+            Q2,
+            ["bid"],
+            no_incremental=(
+                "the result (auction, price) has no key and no event time: merge needs a "
+                "unique_key, and append needs to know from the model's table which bids it has "
+                "already seen; neither is in the result"
+            ),
+        ),
+        Query(
+            "q3",
+            "local item suggestion (join)",
+            Q3,
+            ["auction", "person"],
+            # New auctions have ids above every id written; an older auction can only gain a match
+            # from a new person (its seller was up to 10 persons ahead), and such an auction is at
+            # most ~30 auction ids before the newest auction id. 60 is the margin.
+            incremental=Q3 + "\n{% if is_incremental() %}and A.id > "
+            "(select coalesce(max(id), 0) - 60 from @this){% endif %}",
+            unique_key=["id"],
+        ),
+        Query(
+            "q4",
+            "average price per category (join, nested aggregate)",
+            Q4,
+            ["auction", "bid"],
+            no_incremental=(
+                "each category's average is over the maximum bid of every auction in it, and every "
+                "step's bids touch all 5 categories: a correct filter re-reads every auction's "
+                "bids, i.e. it is the full rebuild plus a merge"
+            ),
+            stream_mode="update",
+            stream_key=["category"],
+        ),
+        Query(
+            "q5",
+            "hot items (hopping window, aggregate of aggregate, join)",
+            Q5,
+            ["bid"],
+            no_incremental=_MERGE_CANNOT_DELETE,
+            stream_mode="append",
+            stream_closed="starttime < @watermark - INTERVAL 20 SECONDS",
+        ),
+        Query(
+            "q7",
+            "highest bid (tumbling window max, join)",
+            Q7,
+            ["bid"],
+            no_incremental=_MERGE_CANNOT_DELETE,
+            stream_mode="append",
+            stream_closed="date_time < @watermark - INTERVAL 20 SECONDS",
+        ),
+        Query(
+            "q8",
+            "monitor new users (two windowed aggregates, join)",
+            Q8.format(person_filter="", auction_filter=""),
+            ["auction", "person"],
+            incremental="select * from (\n"
+            + Q8.format(
+                person_filter="\n{% if is_incremental() %}  where date_time >= "
+                + _WINDOW_CUTOFF.format(col="starttime")
+                + "{% endif %}",
+                auction_filter="\n{% if is_incremental() %}  where date_time >= "
+                + _WINDOW_CUTOFF.format(col="starttime")
+                + "{% endif %}",
+            )
+            + "\n) w\n{% if is_incremental() %}where starttime >= "
+            + _WINDOW_CUTOFF.format(col="starttime")
+            + "{% endif %}",
+            unique_key=["id", "starttime"],
+            stream_mode="append",
+            stream_closed="starttime < @watermark - INTERVAL 20 SECONDS",
+        ),
+        Query(
+            "q6",
+            "average selling price per seller, last 10 auctions (aggregate, window)",
+            Q6,
+            ["auction", "bid"],
+            no_incremental=(
+                "each seller's average runs over their last 10 closed auctions, and a bid can "
+                "change an auction's final price and close time, hence the averages of every "
+                "later auction of the seller: merge by key cannot delete or re-rank those rows "
+                "from a filtered read"
+            ),
+        ),
+        Query(
+            "q9",
+            "winning bid per auction (top-1 over a join)",
+            Q9,
+            ["auction", "bid"],
+            no_incremental=(
+                "a new bid can take the top spot of an auction already written and its old winner "
+                "must go; a filter on new bids does not see the auction's earlier bids"
+            ),
+            stream_mode="update",
+            stream_key=["id"],
+        ),
+        Query(
+            "qlate",
+            "bids per auction per 10 s window, LATENESS 20 s on the window start",
+            QLATE.format(bid_filter=""),
+            ["bid"],
+            incremental="select * from (\n"
+            + QLATE.format(
+                bid_filter="\n{% if is_incremental() %}where date_time >= "
+                + _WINDOW_CUTOFF.format(col="date_time")
+                + "{% endif %}"
+            )
+            + "\n) w\n{% if is_incremental() %}where date_time >= "
+            + _WINDOW_CUTOFF.format(col="date_time")
+            + "{% endif %}",
+            unique_key=["auction", "date_time"],
+            view_config={"lateness": {"date_time": "INTERVAL 20 SECONDS"}},
+            stream_mode="update",
+            stream_key=["auction", "date_time"],
+        ),
+    ]
+}
 
 
 def render(sql: str, tables: Dict[str, str], this: str = "") -> str:

@@ -41,8 +41,9 @@ SMALL_DATA = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    servers = StandaloneCluster(tmp_path_factory.mktemp("spark_cluster"), worker_cores=2,
-                                worker_memory="2g")
+    servers = StandaloneCluster(
+        tmp_path_factory.mktemp("spark_cluster"), worker_cores=2, worker_memory="2g"
+    )
     try:
         servers.start()  # a failure carries the server's log tail
         yield servers
@@ -55,15 +56,31 @@ def run_steps(work_dir: Path, target: Dict[str, Any]) -> Dict[str, Any]:
     out = work_dir / "result.json"
     env = dict(os.environ, DBT_SEND_ANONYMOUS_USAGE_STATS="false", SPARK_LOCAL_IP="127.0.0.1")
     completed = subprocess.run(
-        [sys.executable, "-m", "tests.sample_steps", "--work-dir", str(work_dir),
-         "--target", json.dumps(target), "--steps", str(STEPS), "--rate", str(RATE),
-         "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+        [
+            sys.executable,
+            "-m",
+            "tests.sample_steps",
+            "--work-dir",
+            str(work_dir),
+            "--target",
+            json.dumps(target),
+            "--steps",
+            str(STEPS),
+            "--rate",
+            str(RATE),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
     )
     dbt_log = work_dir / "project" / "logs" / "dbt.log"
     assert completed.returncode == 0, (
-        f"{target['method']} run failed:\n{completed.stderr[-6000:]}\n"
-        f"(dbt's log: {dbt_log})")
+        f"{target['method']} run failed:\n{completed.stderr[-6000:]}\n(dbt's log: {dbt_log})"
+    )
     report = json.loads(out.read_text())
     for step in report["steps"]:
         assert len(step["models"]) == 7, step
@@ -74,9 +91,14 @@ def run_steps(work_dir: Path, target: Dict[str, Any]) -> Dict[str, Any]:
 def step_times(report: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "total_seconds": report["total_seconds"],
-        "steps": [{"step": s["step"], "run_seconds": s["run_seconds"],
-                   "models": {name: m["step_seconds"] for name, m in s["models"].items()}}
-                  for s in report["steps"]],
+        "steps": [
+            {
+                "step": s["step"],
+                "run_seconds": s["run_seconds"],
+                "models": {name: m["step_seconds"] for name, m in s["models"].items()},
+            }
+            for s in report["steps"]
+        ],
     }
 
 
@@ -86,8 +108,10 @@ def differences(expected: Dict[str, list], actual: Dict[str, list]) -> Dict[str,
         want = collections.Counter(expected.get(name, []))
         got = collections.Counter(actual.get(name, []))
         if want != got:
-            found[name] = {"missing": list((want - got).elements())[:5],
-                           "extra": list((got - want).elements())[:5]}
+            found[name] = {
+                "missing": list((want - got).elements())[:5],
+                "extra": list((got - want).elements())[:5],
+            }
     return found
 
 
@@ -96,37 +120,69 @@ def differences(expected: Dict[str, list], actual: Dict[str, list]) -> Dict[str,
 def test_sample_project_same_views_embedded_on_cluster_and_over_thrift(cluster, tmp_path):
     reports: Dict[str, Dict[str, Any]] = {}
 
-    reports["cluster"] = run_steps(tmp_path / "cluster", {
-        "type": "streamsql", "method": "session", "schema": "demo", "threads": 4,
-        "master": cluster.url, "warehouse_dir": str(tmp_path / "cluster" / "warehouse"),
-        "server_side_parameters": {"spark.driver.memory": "2g", "spark.executor.memory": "1g",
-                                   **SMALL_DATA},
-    })
+    reports["cluster"] = run_steps(
+        tmp_path / "cluster",
+        {
+            "type": "streamsql",
+            "method": "session",
+            "schema": "demo",
+            "threads": 4,
+            "master": cluster.url,
+            "warehouse_dir": str(tmp_path / "cluster" / "warehouse"),
+            "server_side_parameters": {
+                "spark.driver.memory": "2g",
+                "spark.executor.memory": "1g",
+                **SMALL_DATA,
+            },
+        },
+    )
 
     # The session run's application has ended, so the worker's cores are free for the server's.
     thrift = ThriftServer(tmp_path / "thrift_server", master=cluster.url)
     try:
         thrift.start()
-        reports["thrift"] = run_steps(tmp_path / "thrift", {
-            "type": "streamsql", "method": "thrift", "host": "127.0.0.1", "port": thrift.port,
-            "user": "dbt", "schema": "demo", "threads": 4, "connect_retries": 3,
-            "server_side_parameters": SMALL_DATA,
-        })
+        reports["thrift"] = run_steps(
+            tmp_path / "thrift",
+            {
+                "type": "streamsql",
+                "method": "thrift",
+                "host": "127.0.0.1",
+                "port": thrift.port,
+                "user": "dbt",
+                "schema": "demo",
+                "threads": 4,
+                "connect_retries": 3,
+                "server_side_parameters": SMALL_DATA,
+            },
+        )
         # Two runs of the same models at once: through the server nothing serializes them.
-        concurrent = {"type": "streamsql", "method": "thrift", "host": "127.0.0.1",
-                      "port": thrift.port, "user": "dbt", "schema": "conc_thrift",
-                      "connect_retries": 3, "server_side_parameters": SMALL_DATA}
+        concurrent = {
+            "type": "streamsql",
+            "method": "thrift",
+            "host": "127.0.0.1",
+            "port": thrift.port,
+            "user": "dbt",
+            "schema": "conc_thrift",
+            "connect_retries": 3,
+            "server_side_parameters": SMALL_DATA,
+        }
         for attempt in ("first", "second"):  # the second: steps 2 and 3, over state
             outputs = two_runs_at_once(tmp_path / f"concurrent_{attempt}", concurrent)
             assert_consistent(tmp_path / f"concurrent_{attempt}", concurrent, outputs)
     finally:
         thrift.stop()
 
-    reports["embedded"] = run_steps(tmp_path / "embedded", {
-        "type": "streamsql", "method": "session", "schema": "demo", "threads": 4,
-        "warehouse_dir": str(tmp_path / "embedded" / "warehouse"),
-        "server_side_parameters": SMALL_DATA,
-    })
+    reports["embedded"] = run_steps(
+        tmp_path / "embedded",
+        {
+            "type": "streamsql",
+            "method": "session",
+            "schema": "demo",
+            "threads": 4,
+            "warehouse_dir": str(tmp_path / "embedded" / "warehouse"),
+            "server_side_parameters": SMALL_DATA,
+        },
+    )
 
     times = {mode: step_times(report) for mode, report in reports.items()}
     RESULTS_FILE.parent.mkdir(exist_ok=True)
@@ -134,10 +190,16 @@ def test_sample_project_same_views_embedded_on_cluster_and_over_thrift(cluster, 
     print(json.dumps(times, indent=1))
 
     expected = reports["embedded"]["contents"]
-    assert set(expected) >= {"stg_purchases", "stg_sensors", "hourly_spend",
-                             "hourly_temperature", "orders_enriched",
-                             "orders_shipped_within_hour", "hourly_order_totals",
-                             "stg_purchases__late"}
+    assert set(expected) >= {
+        "stg_purchases",
+        "stg_sensors",
+        "hourly_spend",
+        "hourly_temperature",
+        "orders_enriched",
+        "orders_shipped_within_hour",
+        "hourly_order_totals",
+        "stg_purchases__late",
+    }
     assert all(expected[name] for name in ("stg_purchases", "stg_sensors", "orders_enriched"))
     for mode in ("cluster", "thrift"):
         assert differences(expected, reports[mode]["contents"]) == {}, mode

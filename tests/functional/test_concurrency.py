@@ -22,12 +22,12 @@ from tests.dbt_process import DbtProject
 BATCH = 50
 MODELS = {
     "totals.sql": "{{ config(materialized='incremental_view') }}\n"
-                  "select k, count(*) as n, sum(v) as total "
-                  "from {{ target.schema }}.events group by k",
+    "select k, count(*) as n, sum(v) as total "
+    "from {{ target.schema }}.events group by k",
     "late_totals.sql": "{{ config(materialized='incremental_view', "
-                       "lateness={'ts': 'INTERVAL 1 HOUR'}) }}\n"
-                       "select k, ts, count(*) as n from {{ target.schema }}.events "
-                       "group by k, ts",
+    "lateness={'ts': 'INTERVAL 1 HOUR'}) }}\n"
+    "select k, ts, count(*) as n from {{ target.schema }}.events "
+    "group by k, ts",
 }
 # Each batch moves event time on by a day, with a few rows two days behind (late).
 HOOKS = [
@@ -40,15 +40,22 @@ HOOKS = [
 ]
 # The feeder project's one model, so that its `dbt run` has a node to run with its hooks.
 FEED_MARKER = "{{ config(materialized='view') }}\nselect 1 as fed"
-CLEAR_FAILURE = ("in use by another process", "another run completed step",
-                 "another run wrote to its tables at the same time")
+CLEAR_FAILURE = (
+    "in use by another process",
+    "another run completed step",
+    "another run wrote to its tables at the same time",
+)
 
 
 def two_runs_at_once(root: Path, target: Dict[str, Any]) -> List[Tuple[int, str]]:
     """A batch appended, then two `dbt run`s of the project started together; (return code,
     output) of each."""
-    feeder = DbtProject.create(root.parent / f"{root.name}_feed", {"fed.sql": FEED_MARKER},
-                               target=target, project_extra={"on-run-start": HOOKS})
+    feeder = DbtProject.create(
+        root.parent / f"{root.name}_feed",
+        {"fed.sql": FEED_MARKER},
+        target=target,
+        project_extra={"on-run-start": HOOKS},
+    )
     fed = feeder.dbt("run")
     assert fed.returncode == 0, fed.stdout[-4000:]
     project = DbtProject.create(root, MODELS, target=target)
@@ -60,8 +67,7 @@ def two_runs_at_once(root: Path, target: Dict[str, Any]) -> List[Tuple[int, str]
     return outputs
 
 
-def assert_consistent(root: Path, target: Dict[str, Any],
-                      outputs: List[Tuple[int, str]]) -> None:
+def assert_consistent(root: Path, target: Dict[str, Any], outputs: List[Tuple[int, str]]) -> None:
     """What two runs at once must leave, whichever of them completed.
 
     A run that failed says why in words, and each model was stepped by one run or the other;
@@ -75,14 +81,16 @@ def assert_consistent(root: Path, target: Dict[str, Any],
             assert any(message in out for message in CLEAR_FAILURE), out[-4000:]
     # each model was stepped by one of the runs (over a server, each run may win a different one)
     for name in MODELS:
-        done = f"OK created sql incremental_view model {schema}.{name[:-len('.sql')]}"
+        done = f"OK created sql incremental_view model {schema}.{name[: -len('.sql')]}"
         assert any(done in out for _, out in outputs), [out[-3000:] for _, out in outputs]
     settle = DbtProject.create(root.parent / f"{root.name}_settle", MODELS, target=target)
     settled = settle.dbt("run")
     assert settled.returncode == 0, settled.stdout[-4000:]
 
-    late = (f"select k, ts, n, case when _streamsql_change = 'insert' then 1 else -1 end as w "
-            f"from {schema}.late_totals__late")
+    late = (
+        f"select k, ts, n, case when _streamsql_change = 'insert' then 1 else -1 end as w "
+        f"from {schema}.late_totals__late"
+    )
     check = (
         f"with expected as (select k, count(*) as n, sum(v) as total from {schema}.events "
         f"group by k), actual as (select * from {schema}.totals), "
@@ -109,9 +117,16 @@ def assert_consistent(root: Path, target: Dict[str, Any],
     assert shown.returncode == 0, shown.stdout[-4000:]
     start = shown.stdout.rindex("{", 0, shown.stdout.index('"show"'))
     row = json.JSONDecoder().raw_decode(shown.stdout[start:])[0]["show"][0]
-    assert row == {"extra": 0, "missing": 0, "events": row["events"], "counted": row["events"],
-                   "late_extra": 0, "late_missing": 0, "doubled_waterlines": 0,
-                   "waterlines_contiguous": True}, row
+    assert row == {
+        "extra": 0,
+        "missing": 0,
+        "events": row["events"],
+        "counted": row["events"],
+        "late_extra": 0,
+        "late_missing": 0,
+        "doubled_waterlines": 0,
+        "waterlines_contiguous": True,
+    }, row
 
 
 def test_two_runs_at_once_leave_the_models_consistent(tmp_path):

@@ -27,8 +27,7 @@ LINEAR_CHECKPOINTS = ["start", "before_commit", "after_commit"]  # a linear step
 AGGREGATE_CHECKPOINTS = ["start", "before_commit", "after_commit", "before_state", "after_state"]
 STAGED_CHECKPOINTS = ["before_commit", "before_state"]  # the model committed, the stage not yet
 # Points after the model's commit: the step has happened; side tables may still lack it.
-AFTER_COMMIT = {"after_commit", "before_quarantine", "before_hold", "before_state",
-                "after_state"}
+AFTER_COMMIT = {"after_commit", "before_quarantine", "before_hold", "before_state", "after_state"}
 CASES: List[Tuple[str, str]] = (
     [("linear", point) for point in LINEAR_CHECKPOINTS]
     + [("aggregate", point) for point in AGGREGATE_CHECKPOINTS]
@@ -38,9 +37,9 @@ CASES: List[Tuple[str, str]] = (
 QUERIES = {
     "linear": "select id, k, v * 10 as v10 from {src} where k is not null",
     "aggregate": "select k, count(*) as n, sum(v) as total, min(v) as lo, max(v) as hi "
-                 "from {src} group by k",
+    "from {src} group by k",
     "staged": "select s.id, s.v, a.n from {src} s join "
-              "(select k, count(*) as n from {src} group by k) a on s.k = a.k",
+    "(select k, count(*) as n from {src} group by k) a on s.k = a.k",
 }
 
 
@@ -79,8 +78,8 @@ class TestCrashRecovery:
         for kind, point in CASES:
             src = "{{ target.schema }}." + source_name(kind, point)
             files[f"{model_name(kind, point)}.sql"] = (
-                "{{ config(materialized='incremental_view') }}\n"
-                + QUERIES[kind].format(src=src))
+                "{{ config(materialized='incremental_view') }}\n" + QUERIES[kind].format(src=src)
+            )
         return files
 
     @pytest.mark.parametrize("kind,point", CASES, ids=[f"{k}-{p}" for k, p in CASES])
@@ -94,11 +93,14 @@ class TestCrashRecovery:
         def assert_model_equals_query(when: str) -> None:
             actual, expected = bag(project, f"select * from {model}"), bag(project, expected_sql)
             assert actual == expected, (
-                f"{name} {when}: extra {actual - expected}, missing {expected - actual}")
+                f"{name} {when}: extra {actual - expected}, missing {expected - actual}"
+            )
 
         project.run_sql(f"create table {src} (id int, k int, v int)")
-        project.run_sql(f"insert into {src} values (1, 1, 10), (2, 1, 20), (2, 1, 20), "
-                        "(3, 2, 30), (4, null, 40), (5, 3, 50)")
+        project.run_sql(
+            f"insert into {src} values (1, 1, 10), (2, 1, 20), (2, 1, 20), "
+            "(3, 2, 30), (4, null, 40), (5, 3, 50)"
+        )
         first = run_step(name)
         assert first.adapter_response["step"] == 1
         assert_model_equals_query("after step 1")
@@ -142,13 +144,18 @@ class TestCrashRecovery:
         assert_model_equals_query("in the step after the recovered one")
 
 
-TIMED_CONFIG = ("{{ config(materialized='incremental_view', "
-                "lateness={'ts': 'INTERVAL 1 HOUR'}, watermark={'ts': 'INTERVAL 10 MINUTES'}) }}\n")
+TIMED_CONFIG = (
+    "{{ config(materialized='incremental_view', "
+    "lateness={'ts': 'INTERVAL 1 HOUR'}, watermark={'ts': 'INTERVAL 10 MINUTES'}) }}\n"
+)
 TIMED_SQL = "select id, ts, v from {{ target.schema }}.src_timed"
 SIDE_TABLES = {"__late": "_streamsql_at", "__waterline": "at", "__pending": None}
 # fault point -> which side tables hold step 2 when the step stops there (all of it or none)
-SIDE_FAULTS = {"before_commit": (), "before_quarantine": (),
-               "before_hold": ("__late", "__waterline")}
+SIDE_FAULTS = {
+    "before_commit": (),
+    "before_quarantine": (),
+    "before_hold": ("__late", "__waterline"),
+}
 
 
 class TestSideTablesAfterCrash:
@@ -166,36 +173,52 @@ class TestSideTablesAfterCrash:
     def side_rows(self, project, model: str, suffix: str) -> Counter:
         relation = f"{project.test_schema}.{model}{suffix}"
         wall_clock = SIDE_TABLES[suffix]
-        columns = [row[0] for row in project.run_sql(f"describe table {relation}", fetch="all")
-                   if row[0] and not row[0].startswith("#") and row[0] != wall_clock
-                   and row[0] != "_streamsql_held_id"]
+        columns = [
+            row[0]
+            for row in project.run_sql(f"describe table {relation}", fetch="all")
+            if row[0]
+            and not row[0].startswith("#")
+            and row[0] != wall_clock
+            and row[0] != "_streamsql_held_id"
+        ]
         return bag(project, f"select {', '.join(columns)} from {relation}")
 
     def step_rows(self, project, model: str, suffix: str, step: int) -> int:
-        column = {"__late": "_streamsql_step", "__waterline": "step",
-                  "__pending": "coalesce(_streamsql_released_step, _streamsql_held_step)"}[suffix]
-        return project.run_sql(f"select count(*) from {project.test_schema}.{model}{suffix} "
-                               f"where {column} = {step}", fetch="one")[0]
+        column = {
+            "__late": "_streamsql_step",
+            "__waterline": "step",
+            "__pending": "coalesce(_streamsql_released_step, _streamsql_held_step)",
+        }[suffix]
+        return project.run_sql(
+            f"select count(*) from {project.test_schema}.{model}{suffix} where {column} = {step}",
+            fetch="one",
+        )[0]
 
     def assert_like_twin(self, project, model: str, when: str) -> None:
         schema = project.test_schema
-        assert bag(project, f"select * from {schema}.{model}") == \
-            bag(project, f"select * from {schema}.timed_twin"), f"{model} {when}"
+        assert bag(project, f"select * from {schema}.{model}") == bag(
+            project, f"select * from {schema}.timed_twin"
+        ), f"{model} {when}"
         for suffix in SIDE_TABLES:
-            assert self.side_rows(project, model, suffix) == \
-                self.side_rows(project, "timed_twin", suffix), f"{model}{suffix} {when}"
+            assert self.side_rows(project, model, suffix) == self.side_rows(
+                project, "timed_twin", suffix
+            ), f"{model}{suffix} {when}"
 
     def test_side_tables_hold_all_of_a_step_or_none_and_the_rerun_finishes_it(self, project):
         src = f"{project.test_schema}.src_timed"
         project.run_sql(f"create table {src} (id int, ts timestamp, v int)")
-        project.run_sql(f"insert into {src} values (1, timestamp'2024-01-01 10:00:00', 1), "
-                        "(2, timestamp'2024-01-01 10:30:00', 2)")
+        project.run_sql(
+            f"insert into {src} values (1, timestamp'2024-01-01 10:00:00', 1), "
+            "(2, timestamp'2024-01-01 10:30:00', 2)"
+        )
         run_dbt(["run"])
         # step 2: moves the waterline, releases held rows, holds new ones, and brings a late row
         # (08:00 is below step 1's waterline, 09:30) and a NULL
-        project.run_sql(f"insert into {src} values (3, timestamp'2024-01-01 12:00:00', 3), "
-                        "(4, timestamp'2024-01-01 08:00:00', 4), (5, null, 5), "
-                        "(6, timestamp'2024-01-01 11:55:00', 6)")
+        project.run_sql(
+            f"insert into {src} values (3, timestamp'2024-01-01 12:00:00', 3), "
+            "(4, timestamp'2024-01-01 08:00:00', 4), (5, null, 5), "
+            "(6, timestamp'2024-01-01 11:55:00', 6)"
+        )
         assert run_step("timed_twin").adapter_response["step"] == 2
         for point, written in SIDE_FAULTS.items():
             model = f"timed_{point}"
@@ -203,13 +226,16 @@ class TestSideTablesAfterCrash:
             assert f"injected fault at {point}" in (failed.message or ""), failed.message
             for suffix in SIDE_TABLES:
                 # all of step 2 (as the twin has it) or none of it
-                expected = (self.step_rows(project, "timed_twin", suffix, 2)
-                            if suffix in written else 0)
+                expected = (
+                    self.step_rows(project, "timed_twin", suffix, 2) if suffix in written else 0
+                )
                 assert self.step_rows(project, model, suffix, 2) == expected, (point, suffix)
             assert run_step(model).adapter_response["step"] == 2
             self.assert_like_twin(project, model, f"after the re-run of a fault at {point}")
-        project.run_sql(f"insert into {src} values (7, timestamp'2024-01-01 13:00:00', 7), "
-                        "(8, timestamp'2024-01-01 09:00:00', 8)")
+        project.run_sql(
+            f"insert into {src} values (7, timestamp'2024-01-01 13:00:00', 7), "
+            "(8, timestamp'2024-01-01 09:00:00', 8)"
+        )
         run_dbt(["run"])
         for point in SIDE_FAULTS:
             self.assert_like_twin(project, f"timed_{point}", "after step 3")

@@ -83,8 +83,15 @@ def test_snapshots_agree(readers, table):
     assert from_jvm.version == 6 and from_jvm.table_id and from_jvm.size_bytes
     assert from_jvm.properties["delta.enableChangeDataFeed"] == "true"
     assert [c.data_type for c in from_jvm.columns] == [
-        "bigint", "decimal(10,2)", "timestamp", "date", "array<string>",
-        "struct<start:timestamp,end:timestamp>", "map<string,int>", "string"]
+        "bigint",
+        "decimal(10,2)",
+        "timestamp",
+        "date",
+        "array<string>",
+        "struct<start:timestamp,end:timestamp>",
+        "map<string,int>",
+        "string",
+    ]
 
 
 def test_commits_agree_and_count_their_change_feed(spark, readers, table):
@@ -93,12 +100,17 @@ def test_commits_agree_and_count_their_change_feed(spark, readers, table):
     assert [c.version for c in from_jvm] == [1, 2, 3, 4, 5, 6]
     for a, b in zip(from_jvm, from_sql):
         assert (a.operation, dict(a.parameters), dict(a.metrics), a.user_metadata) == (
-            b.operation, dict(b.parameters), dict(b.metrics), b.user_metadata), a.version
+            b.operation,
+            dict(b.parameters),
+            dict(b.metrics),
+            b.user_metadata,
+        ), a.version
     assert jvm.recent_commits(table, 2) == sql.recent_commits(table, 2)
     for commit in from_jvm:
         rows = spark.sql(
             f"SELECT count(*) AS n, count_if(_change_type IN ('delete', 'update_preimage')) AS r "
-            f"FROM table_changes('{table}', {commit.version}, {commit.version})").collect()[0]
+            f"FROM table_changes('{table}', {commit.version}, {commit.version})"
+        ).collect()[0]
         assert commit.change_rows == (rows["n"], rows["r"]), (commit.operation, commit.metrics)
 
 

@@ -20,7 +20,8 @@ class TestDeltaSmoke:
         provider = project.run_sql(f"describe extended {table}", fetch="all")
         assert any(row[0] == "Provider" and row[1] == "delta" for row in provider)
         feed = project.run_sql(
-            f"show tblproperties {table} ('delta.enableChangeDataFeed')", fetch="one")
+            f"show tblproperties {table} ('delta.enableChangeDataFeed')", fetch="one"
+        )
         assert feed[1] == "true"
 
         project.run_sql(f"""

@@ -24,11 +24,27 @@ def test_demo_runs_steps_with_every_dbt_test_passing(tmp_path):
     env = dict(os.environ, DBT_SEND_ANONYMOUS_USAGE_STATS="false")
     env.pop("STREAMSQL_WAREHOUSE_DIR", None)
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "demo.py"), "--steps", str(STEPS),
-         "--rate", "100", "--warehouse-dir", str(tmp_path / "warehouse"),
-         "--target-path", str(tmp_path / "target"), "--chart", str(chart),
-         "--summary", str(summary)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "demo.py"),
+            "--steps",
+            str(STEPS),
+            "--rate",
+            "100",
+            "--warehouse-dir",
+            str(tmp_path / "warehouse"),
+            "--target-path",
+            str(tmp_path / "target"),
+            "--chart",
+            str(chart),
+            "--summary",
+            str(summary),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     output = completed.stdout + completed.stderr[-5000:]
     assert completed.returncode == 0, output
@@ -51,5 +67,6 @@ def test_demo_runs_steps_with_every_dbt_test_passing(tmp_path):
     assert "stg_purchases__late" in completed.stdout
     assert "stg_purchases__waterline" in completed.stdout
     # the shipments source keeps an hour of removed files: the retention guard says so
-    assert "shipments keeps 1 hour of history (delta.deletedFileRetentionDuration)" \
-        in completed.stdout
+    assert (
+        "shipments keeps 1 hour of history (delta.deletedFileRetentionDuration)" in completed.stdout
+    )

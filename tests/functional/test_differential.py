@@ -51,147 +51,182 @@ MODELS: Dict[str, tuple] = {
     # -- linear ------------------------------------------------------------------------------------
     "lin_project_filter": (
         f"select rid, k, g, v * 2 as v2, n + 1 as n1 from {FACTS} where n > 3 or n is null",
-        "linear"),
+        "linear",
+    ),
     "lin_union_all": (
         f"select rid, k, v from {FACTS} where k is not null "
         f"union all select rid, k, v from {EXTRA}",
-        "linear"),
+        "linear",
+    ),
     "lin_inner_join": (
         f"select f.rid, f.k, f.v, d.w, d.label from {FACTS} f join {DIMS} d on f.k = d.k",
-        "linear"),
+        "linear",
+    ),
     "lin_left_join": (
         f"select f.rid, f.k, f.g, d.w, d.label from {FACTS} f left join {DIMS} d on f.k = d.k",
-        "linear"),
+        "linear",
+    ),
     "lin_chain": (
         "select rid, k, v2 from {{ ref('lin_project_filter') }} where k >= 1 or g = 'b'",
-        "linear"),
+        "linear",
+    ),
     # -- aggregates --------------------------------------------------------------------------------
     "agg_basic": (
         f"select k, count(*) as n_rows, count(v) as n_v, sum(v) as sum_v, min(v) as min_v, "
         f"max(v) as max_v, min(g) as min_g, max(ts) as max_ts from {FACTS} group by k",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_avg": (
         f"select g, avg(v) as avg_v, avg(n) as avg_n, sum(n) as sum_n, count(n) as count_n "
         f"from {FACTS} group by g",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_count_distinct": (
         f"select k, count(distinct g) as distinct_g, count(distinct n) as distinct_n, "
         f"count(*) as c from {FACTS} group by k",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_having": (
         f"select g, k, sum(v) as sum_v, count(*) as c from {FACTS} group by g, k "
         f"having count(*) > 1 and sum(n) > 0",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_distinct": (f"select distinct k, g from {FACTS}", "aggregate"),
     "agg_union_distinct": (f"select k from {FACTS} union select k from {DIMS}", "aggregate"),
     "agg_tumbling": (
         f"select window(ts, '1 hour').start as window_start, count(*) as c, sum(v) as sum_v, "
         f"max(n) as max_n from {FACTS} group by window(ts, '1 hour')",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_hopping": (
         f"select g, window(ts, '1 hour', '30 minutes').start as window_start, "
         f"window(ts, '1 hour', '30 minutes').end as window_end, count(*) as c, min(v) as min_v "
         f"from {FACTS} group by g, window(ts, '1 hour', '30 minutes')",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_date_trunc": (
         f"select date_trunc('hour', ts) as hour, g, count(*) as c, min(n) as min_n "
         f"from {FACTS} group by date_trunc('hour', ts), g",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_floor_bucket": (
         f"select floor(n / 10) as bucket, count(*) as c, sum(v) as sum_v from {FACTS} "
         f"group by floor(n / 10)",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_global": (
         f"select count(*) as c, count(n) as count_n, sum(v) as sum_v, min(ts) as first_ts, "
         f"max(v) as max_v, avg(v) as avg_v from {FACTS}",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_over_join": (
         f"select d.label, count(*) as c, sum(f.v) as sum_v, max(f.n) as max_n "
         f"from {FACTS} f join {DIMS} d on f.k = d.k group by d.label",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_over_left_join": (
         f"select f.g, count(d.w) as matched, count(*) as c, max(d.w) as max_w, "
         f"sum(d.w) as sum_w from {FACTS} f left join {DIMS} d on f.k = d.k group by f.g",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_chain_of_linear": (
         "select k, count(*) as c, sum(v) as sum_v from {{ ref('lin_union_all') }} group by k",
-        "aggregate"),
+        "aggregate",
+    ),
     "agg_chain_of_aggregate": (
         "select n_rows, count(*) as groups, sum(sum_v) as sum_v "
         "from {{ ref('agg_basic') }} group by n_rows",
-        "aggregate"),
+        "aggregate",
+    ),
     "lin_chain_of_aggregate": (
-        "select k, n_rows, max_v from {{ ref('agg_basic') }} where n_rows > 1", "linear"),
+        "select k, n_rows, max_v from {{ ref('agg_basic') }} where n_rows > 1",
+        "linear",
+    ),
     # -- top-K per partition, IN / EXISTS / NOT IN / NOT EXISTS, FULL and RIGHT joins ------------
     # (ROW_NUMBER's ORDER BY leaves only exact duplicates tied: ties are Spark's own choice)
     "lin_latest_per_key": (
         f"select rid, k, g, v, ts from (select *, row_number() over (partition by k "
         f"order by ts desc, rid desc, v, n, g) as rn from {FACTS}) latest where rn = 1",
-        "linear"),
+        "linear",
+    ),
     "lin_top2_rank_join": (
         f"select f.rid, f.k, d.w, rank() over (partition by f.k order by d.w desc) as r "
         f"from {FACTS} f join {DIMS} d on f.k = d.k qualify r <= 2",
-        "linear"),
+        "linear",
+    ),
     "agg_over_top_k": (
         f"select g, count(*) as c, sum(v) as sum_v from (select g, v, row_number() over "
         f"(partition by rid order by ts desc, k, g, v, n) as rn from {FACTS}) x where rn = 1 "
         f"group by g",
-        "aggregate"),
+        "aggregate",
+    ),
     "lin_in_subquery": (
         f"select rid, k from {FACTS} where k in (select k from {DIMS} where w > 2)",
-        "linear"),
+        "linear",
+    ),
     "lin_exists": (
         f"select f.rid, f.k, f.n from {FACTS} f "
         f"where exists (select 1 from {DIMS} d where d.k = f.k and d.w >= 2)",
-        "linear"),
+        "linear",
+    ),
     "lin_not_exists": (
         f"select f.rid, f.k, f.g from {FACTS} f "
         f"where not exists (select 1 from {EXTRA} e where e.k = f.k and e.v > f.v)",
-        "linear"),
+        "linear",
+    ),
     "lin_not_in": (
         f"select rid, k from {FACTS} where k not in (select k from {DIMS} where w > 1)",
-        "linear"),
+        "linear",
+    ),
     "lin_full_join": (
         f"select f.rid, f.k, d.rid as drid, d.k as dk, d.w from {FACTS} f "
         f"full outer join {DIMS} d on f.k = d.k",
-        "linear"),
+        "linear",
+    ),
     "lin_right_join": (
         f"select f.rid, f.g, e.rid as erid, e.k from {FACTS} f "
         f"right join {EXTRA} e on f.k = e.k and f.n > 0",
-        "linear"),
+        "linear",
+    ),
     # -- aggregates below the top (stages) ------------------------------------------------------
     "stage_join_of_aggregate": (
         f"select f.rid, f.k, a.n_rows, a.max_v from {FACTS} f "
         f"join (select k, count(*) as n_rows, max(v) as max_v from {FACTS} group by k) a "
         f"on f.k = a.k",
-        "linear"),
+        "linear",
+    ),
     "stage_aggregate_of_aggregate": (
         f"select n_rows, count(*) as groups, max(max_v) as top, min(min_n) as low "
         f"from (select k, count(*) as n_rows, max(v) as max_v, min(n) as min_n from {FACTS} "
         f"group by k) a group by n_rows",
-        "aggregate"),
+        "aggregate",
+    ),
     "stage_top_per_window": (
         f"select f.rid, f.k, f.v, f.ts from {FACTS} f join (select window(ts, '1 hour').end "
         f"as window_end, max(v) as top from {FACTS} group by window(ts, '1 hour')) m "
         f"on f.v = m.top and f.ts between m.window_end - interval 1 hour and m.window_end",
-        "linear"),
+        "linear",
+    ),
     "stage_union_branch": (
-        f"select k, w as n from {DIMS} union all "
-        f"select k, count(*) as n from {EXTRA} group by k",
-        "linear"),
+        f"select k, w as n from {DIMS} union all select k, count(*) as n from {EXTRA} group by k",
+        "linear",
+    ),
     "stage_cte_read_twice": (
         f"with c as (select k, g, count(*) as n from {FACTS} group by k, g), "
         f"t as (select k, max(n) as top from c group by k) "
         f"select c.k, c.g, c.n from c join t on c.k <=> t.k and c.n >= t.top",
-        "linear"),
+        "linear",
+    ),
     # -- recompute ---------------------------------------------------------------------------------
     "re_row_number": (
         f"select rid, k, row_number() over (partition by k order by rid, v, n, g) as rn "
         f"from {FACTS}",
-        "recompute"),
+        "recompute",
+    ),
     "re_top_n": (
         f"select rid, v from {FACTS} where v is not null order by v desc, rid limit 5",
-        "recompute"),
+        "recompute",
+    ),
 }
 
 BASE_TIME = datetime.datetime(2024, 1, 1, 0, 0)
@@ -226,8 +261,7 @@ class History:
 
     def dims_row(self, rid: int) -> tuple:
         rng = self.rng
-        return (rid, self.key(), rng.choice([1, 2, 3, 4, None]),
-                rng.choice(["x", "y", None]))
+        return (rid, self.key(), rng.choice([1, 2, 3, 4, None]), rng.choice(["x", "y", None]))
 
     def extra_row(self, rid: int) -> tuple:
         rng = self.rng
@@ -262,8 +296,18 @@ class History:
     def mutation(self, name: str) -> List[str]:
         """One random statement (or a pair) on one table."""
         rng, table = self.rng, self.table(name)
-        kind = rng.choice(["insert", "insert", "delete", "update_key", "update_value",
-                           "duplicate", "insert_then_delete", "delete_where"])
+        kind = rng.choice(
+            [
+                "insert",
+                "insert",
+                "delete",
+                "update_key",
+                "update_value",
+                "duplicate",
+                "insert_then_delete",
+                "delete_where",
+            ]
+        )
         rids = self.some_rids(name, 3)
         if kind == "insert" or not rids:
             return self.insert(name, rng.randint(1, 5))
@@ -271,27 +315,37 @@ class History:
         if kind == "delete":
             return [f"delete from {table} where {where}"]
         if kind == "delete_where":
-            return [f"delete from {table} where k <=> {sql_literal(self.key())} "
-                    f"and rid % 3 = {rng.randint(0, 2)}"]
+            return [
+                f"delete from {table} where k <=> {sql_literal(self.key())} "
+                f"and rid % 3 = {rng.randint(0, 2)}"
+            ]
         if kind == "duplicate":
             return [f"insert into {table} select * from {table} where {where}"]
         if kind == "insert_then_delete":
             rid = self.new_rid()
             make = getattr(self, f"{name}_row")
-            return [f"insert into {table} values {values_clause([make(rid), make(rid)])}",
-                    f"delete from {table} where rid = {rid}"]
+            return [
+                f"insert into {table} values {values_clause([make(rid), make(rid)])}",
+                f"delete from {table} where rid = {rid}",
+            ]
         if kind == "update_key":  # join key of facts/dims/extra; group key of the aggregates
             return [f"update {table} set k = {sql_literal(self.key())} where {where}"]
         if name == "facts":
-            column, value = rng.choice([
-                ("g", sql_literal(rng.choice(["a", "b", "c", None]))),
-                ("v", sql_literal(rng.choice([Decimal(rng.randint(-999, 999)) / 100, None]))),
-                ("n", sql_literal(rng.choice([rng.randint(-20, 40), None]))),
-                ("ts", "ts + interval 47 minutes"),
-            ])
+            column, value = rng.choice(
+                [
+                    ("g", sql_literal(rng.choice(["a", "b", "c", None]))),
+                    ("v", sql_literal(rng.choice([Decimal(rng.randint(-999, 999)) / 100, None]))),
+                    ("n", sql_literal(rng.choice([rng.randint(-20, 40), None]))),
+                    ("ts", "ts + interval 47 minutes"),
+                ]
+            )
         elif name == "dims":
-            column, value = rng.choice([("w", sql_literal(rng.choice([1, 2, 3, 4, None]))),
-                                        ("label", sql_literal(rng.choice(["x", "y", None])))])
+            column, value = rng.choice(
+                [
+                    ("w", sql_literal(rng.choice([1, 2, 3, 4, None]))),
+                    ("label", sql_literal(rng.choice(["x", "y", None]))),
+                ]
+            )
         else:
             column, value = "v", sql_literal(rng.choice([Decimal(rng.randint(0, 500)) / 100, None]))
         return [f"update {table} set {column} = {value} where {where}"]
@@ -320,8 +374,10 @@ class TestDifferential:
     @pytest.fixture(scope="class")
     def sources(self, project):
         schema = project.test_schema
-        project.run_sql(f"create table {schema}.facts (rid int, k int, g string, "
-                        "v decimal(10,2), n int, ts timestamp)")
+        project.run_sql(
+            f"create table {schema}.facts (rid int, k int, g string, "
+            "v decimal(10,2), n int, ts timestamp)"
+        )
         project.run_sql(f"create table {schema}.dims (rid int, k int, w int, label string)")
         project.run_sql(f"create table {schema}.extra (rid int, k int, v decimal(10,2))")
         return schema
@@ -352,12 +408,15 @@ class TestDifferential:
                 _, intended = MODELS[name]
                 assert response.get("plan") == intended, (
                     f"{name}: expected plan {intended!r}, got {response.get('plan')!r} "
-                    f"({response.get('reason')}); {context}")
+                    f"({response.get('reason')}); {context}"
+                )
                 if name.startswith("stage_"):
                     assert "stage" in response.get("reason", ""), (name, response)
                 # exactly one step per run (or none when the inputs did not change)
-                assert response["step"] in (previous_step.get(name, 0),
-                                            previous_step.get(name, 0) + 1), (name, response)
+                assert response["step"] in (
+                    previous_step.get(name, 0),
+                    previous_step.get(name, 0) + 1,
+                ), (name, response)
                 if step == 1:
                     assert response["step"] == 1, (name, response)
                 previous_step[name] = response["step"]
@@ -366,15 +425,13 @@ class TestDifferential:
             for name in MODELS:
                 relation = f"{sources}.{name}"
                 if name not in columns_of:  # a model's columns do not change between steps
-                    columns_of[name] = ", ".join(f"`{c}`" for c in model_columns(project,
-                                                                                relation))
+                    columns_of[name] = ", ".join(f"`{c}`" for c in model_columns(project, relation))
                 columns = columns_of[name]
                 body = compiled[name].strip().rstrip(";")
-                actual = as_bag(project.run_sql(f"select {columns} from {relation}",
-                                                fetch="all"))
-                expected = as_bag(project.run_sql(f"select {columns} from ({body}) q",
-                                                  fetch="all"))
+                actual = as_bag(project.run_sql(f"select {columns} from {relation}", fetch="all"))
+                expected = as_bag(project.run_sql(f"select {columns} from ({body}) q", fetch="all"))
                 assert actual == expected, (
                     f"model {name} differs from its query after step {step} "
                     f"(plan {MODELS[name][1]}):\n{bag_diff(name, expected, actual)}\n{context}\n"
-                    f"SQL: {body}")
+                    f"SQL: {body}"
+                )

@@ -68,8 +68,9 @@ READINGS = "{{ source('raw', 'readings') }}"
 HOUR = datetime.timedelta(hours=1)
 
 
-def iv(lateness: Dict[str, str], max_future: Optional[Dict[str, str]] = None,
-       emit_final: bool = False) -> str:
+def iv(
+    lateness: Dict[str, str], max_future: Optional[Dict[str, str]] = None, emit_final: bool = False
+) -> str:
     extra = f", max_future={max_future!r}" if max_future else ""
     extra += ", emit_final=true" if emit_final else ""
     return f"{{{{ config(materialized='incremental_view', lateness={lateness!r}{extra}) }}}}\n"
@@ -88,64 +89,95 @@ MODELS: Dict[str, tuple] = {
     "late_project_filter": (
         iv({"ts": "INTERVAL 1 HOUR"})
         + f"select eid, k, ts, v * 2 as v2 from {EVENTS} where v is null or v <> 3",
-        "linear", Rule("ts", HOUR)),
+        "linear",
+        Rule("ts", HOUR),
+    ),
     "late_seq": (  # BIGINT lateness
         iv({"seq": "5"}) + f"select eid, seq, v from {EVENTS} where k is not null or v > 0",
-        "linear", Rule("seq", 5)),
+        "linear",
+        Rule("seq", 5),
+    ),
     "late_join": (  # a stream (events) joined with a table (dims) that changes under it
         iv({"ts": "INTERVAL 1 HOUR"})
         + f"select e.eid, e.ts, e.v, d.label from {EVENTS} e join {DIMS} d on e.k = d.k",
-        "linear", Rule("ts", HOUR)),
+        "linear",
+        Rule("ts", HOUR),
+    ),
     "late_tumbling": (
         iv({"window_start": "INTERVAL 1 HOUR"})
         + f"select window(ts, '1 hour').start as window_start, count(*) as c, sum(v) as sum_v, "
-          f"max(seq) as max_seq from {EVENTS} group by window(ts, '1 hour')",
-        "aggregate", Rule("window_start", HOUR)),
+        f"max(seq) as max_seq from {EVENTS} group by window(ts, '1 hour')",
+        "aggregate",
+        Rule("window_start", HOUR),
+    ),
     "late_hourly": (  # NULL ts makes a NULL group key: a change with reason `null`
         iv({"hour": "INTERVAL 2 HOURS"})
         + f"select date_trunc('hour', ts) as hour, k, count(*) as c, min(v) as min_v "
-          f"from {EVENTS} group by date_trunc('hour', ts), k",
-        "aggregate", Rule("hour", 2 * HOUR)),
+        f"from {EVENTS} group by date_trunc('hour', ts), k",
+        "aggregate",
+        Rule("hour", 2 * HOUR),
+    ),
     "late_future": (
         iv({"ts": "INTERVAL 30 MINUTES"}, {"ts": "INTERVAL 1 DAY"})
         + f"select rid, ts, val from {READINGS}",
-        "linear", Rule("ts", datetime.timedelta(minutes=30), datetime.timedelta(days=1))),
+        "linear",
+        Rule("ts", datetime.timedelta(minutes=30), datetime.timedelta(days=1)),
+    ),
     # emit_final twins of the two aggregates: the same __late and __waterline as a model without
     # it, and the model holds the oracle's model restricted to the final groups (EMIT_FINAL)
     "final_tumbling": (
         iv({"window_start": "INTERVAL 1 HOUR"}, emit_final=True)
         + f"select window(ts, '1 hour').start as window_start, count(*) as c, sum(v) as sum_v, "
-          f"max(seq) as max_seq from {EVENTS} group by window(ts, '1 hour')",
-        "aggregate, emit final", Rule("window_start", HOUR)),
+        f"max(seq) as max_seq from {EVENTS} group by window(ts, '1 hour')",
+        "aggregate, emit final",
+        Rule("window_start", HOUR),
+    ),
     "final_hourly": (
         iv({"hour": "INTERVAL 2 HOURS"}, emit_final=True)
         + f"select date_trunc('hour', ts) as hour, k, count(*) as c, min(v) as min_v "
-          f"from {EVENTS} group by date_trunc('hour', ts), k",
-        "aggregate, emit final", Rule("hour", 2 * HOUR)),
+        f"from {EVENTS} group by date_trunc('hour', ts), k",
+        "aggregate, emit final",
+        Rule("hour", 2 * HOUR),
+    ),
     "final_downstream": (  # append_only over an emit_final model: fails on any delete
         "{{ config(materialized='incremental_view', append_only=true) }}\n"
         "select window_start, c, sum_v from {{ ref('final_tumbling') }} where c > 1",
-        "linear", None),
+        "linear",
+        None,
+    ),
     "chain_of_late": (  # no lateness: equals its SELECT over late_project_filter's contents
         "{{ config(materialized='incremental_view') }}\n"
         "select k, count(*) as c, sum(v2) as sum_v2, max(ts) as last_ts "
         "from {{ ref('late_project_filter') }} group by k",
-        "aggregate", None),
+        "aggregate",
+        None,
+    ),
 }
 
 # the tables each model reads: its step is skipped when none of them has a new version
 INPUTS = {
-    "late_project_filter": ["events"], "late_seq": ["events"], "late_join": ["events", "dims"],
-    "late_tumbling": ["events"], "late_hourly": ["events"], "late_future": ["readings"],
-    "chain_of_late": ["late_project_filter"], "final_tumbling": ["events"],
-    "final_hourly": ["events"], "final_downstream": ["final_tumbling"],
+    "late_project_filter": ["events"],
+    "late_seq": ["events"],
+    "late_join": ["events", "dims"],
+    "late_tumbling": ["events"],
+    "late_hourly": ["events"],
+    "late_future": ["readings"],
+    "chain_of_late": ["late_project_filter"],
+    "final_tumbling": ["events"],
+    "final_hourly": ["events"],
+    "final_downstream": ["final_tumbling"],
 }
 # Models with emit_final: they hold the groups of the oracle's model that are final, i.e. whose
 # lateness column is below the waterline after the step (docs/lateness-and-watermark.md).
 EMIT_FINAL = {"final_tumbling", "final_hourly"}
 
-QUARANTINE = ("_streamsql_step", "_streamsql_change", "_streamsql_column",
-              "_streamsql_waterline", "_streamsql_reason")
+QUARANTINE = (
+    "_streamsql_step",
+    "_streamsql_change",
+    "_streamsql_column",
+    "_streamsql_waterline",
+    "_streamsql_reason",
+)
 
 BASE_TIME = datetime.datetime(2024, 3, 1, 0, 0)
 MINUTES_PER_STEP = 40
@@ -203,8 +235,13 @@ class LateHistory:
 
     def event_row(self, eid: int) -> tuple:
         rng = self.rng
-        return (eid, rng.choice([0, 1, 2, 3, 5, None]), self.event_time(), self.sequence(),
-                rng.choice([rng.randint(-5, 20), 3, None]))
+        return (
+            eid,
+            rng.choice([0, 1, 2, 3, 5, None]),
+            self.event_time(),
+            self.sequence(),
+            rng.choice([rng.randint(-5, 20), 3, None]),
+        )
 
     def reading_row(self, rid: int) -> tuple:
         rng = self.rng
@@ -263,13 +300,15 @@ class LateHistory:
         if rng.random() < 0.7 and self.events:  # an update of rows from several steps ago
             ids = self.old(self.events, 2)
             where = f"eid in ({', '.join(map(str, ids))})"
-            column, value = rng.choice([
-                ("v", sql_literal(rng.choice([rng.randint(-5, 20), None]))),
-                ("k", sql_literal(rng.choice([0, 1, 2, 3, None]))),
-                ("seq", sql_literal(self.sequence())),
-                ("ts", sql_literal(self.event_time())),  # moves the row (forward, usually)
-                ("ts", "ts + interval 20 minutes"),
-            ])
+            column, value = rng.choice(
+                [
+                    ("v", sql_literal(rng.choice([rng.randint(-5, 20), None]))),
+                    ("k", sql_literal(rng.choice([0, 1, 2, 3, None]))),
+                    ("seq", sql_literal(self.sequence())),
+                    ("ts", sql_literal(self.event_time())),  # moves the row (forward, usually)
+                    ("ts", "ts + interval 20 minutes"),
+                ]
+            )
             statements.append(f"update {events} set {column} = {value} where {where}")
         if rng.random() < 0.5 and self.events:  # late deletes
             ids = self.old(self.events, 2)
@@ -278,20 +317,25 @@ class LateHistory:
             statements.append(f"delete from {events} where eid in ({', '.join(map(str, ids))})")
         if rng.random() < 0.15 and self.events:  # an old row again, as an exact duplicate
             ids = self.old(self.events, 1, age=3)
-            statements.append(f"insert into {events} select * from {events} "
-                              f"where eid in ({', '.join(map(str, ids))})")
+            statements.append(
+                f"insert into {events} select * from {events} "
+                f"where eid in ({', '.join(map(str, ids))})"
+            )
         if rng.random() < 0.3:  # the table side of the join changes under old events
             key = rng.choice(self.dim_keys)
-            statements.append(f"update {self.table('dims')} set label = "
-                              f"{sql_literal(rng.choice(['x', 'y', 'z']))} where k = {key}")
+            statements.append(
+                f"update {self.table('dims')} set label = "
+                f"{sql_literal(rng.choice(['x', 'y', 'z']))} where k = {key}"
+            )
         if rng.random() < 0.55:
             statements += self.insert_readings(rng.randint(1, 2))
         if rng.random() < 0.25 and self.readings:
             ids = self.old(self.readings, 1)
             for rid in ids:
                 del self.readings[rid]
-            statements.append(f"delete from {self.table('readings')} "
-                              f"where rid in ({', '.join(map(str, ids))})")
+            statements.append(
+                f"delete from {self.table('readings')} where rid in ({', '.join(map(str, ids))})"
+            )
         return statements
 
 
@@ -347,9 +391,15 @@ class LatenessOracle:
 
     def final_groups(self) -> Counter:
         """emit_final: the rows of the model whose lateness column is below the waterline."""
-        return Counter({row: n for row, n in self.model.items()
-                        if row[self.index] is not None and self.waterline is not None
-                        and row[self.index] < self.waterline})
+        return Counter(
+            {
+                row: n
+                for row, n in self.model.items()
+                if row[self.index] is not None
+                and self.waterline is not None
+                and row[self.index] < self.waterline
+            }
+        )
 
     def advance(self, query_now: Counter, wall_clock: datetime.datetime) -> None:
         """One step of the model: D(n) = Q(n) - Q(n-1), classified against W(n-1)."""
@@ -370,26 +420,30 @@ class LatenessOracle:
             if reason is None:
                 self.model[row] += weight
                 assert self.model[row] >= 0, (
-                    f"oracle: {self.name} step {self.step} deletes {row}, which it does not hold")
+                    f"oracle: {self.name} step {self.step} deletes {row}, which it does not hold"
+                )
             else:
-                self.late[row + (self.step, kind, self.rule.column, previous, reason)] += \
-                    abs(weight)
+                self.late[row + (self.step, kind, self.rule.column, previous, reason)] += abs(
+                    weight
+                )
         self.model = +self.model
         if seen:
             candidate = max(seen) - self.rule.lateness
-            self.waterline = candidate if self.waterline is None else max(self.waterline,
-                                                                          candidate)
+            self.waterline = candidate if self.waterline is None else max(self.waterline, candidate)
             self.max_seen = max(seen) if self.max_seen is None else max(self.max_seen, max(seen))
-        self.waterlines[(self.step, self.rule.column, spark_string(self.waterline),
-                         spark_string(self.max_seen))] += 1
+        self.waterlines[
+            (self.step, self.rule.column, spark_string(self.waterline), spark_string(self.max_seen))
+        ] += 1
 
 
 # -- the check ------------------------------------------------------------------------------------
 
 
 def table_versions(project, schema: str, tables: Sequence[str]) -> Dict[str, int]:
-    return {t: int(project.run_sql(f"describe history {schema}.{t} limit 1",
-                                   fetch="one")[0]) for t in tables}
+    return {
+        t: int(project.run_sql(f"describe history {schema}.{t} limit 1", fetch="one")[0])
+        for t in tables
+    }
 
 
 class TestDifferentialLateness:
@@ -406,8 +460,9 @@ class TestDifferentialLateness:
     @pytest.fixture(scope="class")
     def sources(self, project):
         schema = project.test_schema
-        project.run_sql(f"create table {schema}.events "
-                        "(eid int, k int, ts timestamp, seq bigint, v int)")
+        project.run_sql(
+            f"create table {schema}.events (eid int, k int, ts timestamp, seq bigint, v int)"
+        )
         project.run_sql(f"create table {schema}.dims (k int, label string)")
         project.run_sql(f"create table {schema}.readings (rid int, ts timestamp, val int)")
         return schema
@@ -419,7 +474,8 @@ class TestDifferentialLateness:
         # the session's (UTC) wall time for its strings to be Spark's.
         probe = project.run_sql("select timestamp'2024-03-01 10:00:00'", fetch="one")[0]
         assert probe == datetime.datetime(2024, 3, 1, 10, 0), (
-            f"Python sees Spark's UTC timestamps shifted ({probe}); run with TZ=UTC")
+            f"Python sees Spark's UTC timestamps shifted ({probe}); run with TZ=UTC"
+        )
 
         history = LateHistory(SEED, schema)
         applied = history.initial()
@@ -452,13 +508,14 @@ class TestDifferentialLateness:
                 intended = MODELS[name][1]
                 assert response.get("plan") == intended, (
                     f"{name}: expected plan {intended!r}, got {response.get('plan')!r} "
-                    f"({response.get('reason')}); {context}")
-                moved = not versions or any(now_versions[t] != versions[t]
-                                            for t in INPUTS[name])
+                    f"({response.get('reason')}); {context}"
+                )
+                moved = not versions or any(now_versions[t] != versions[t] for t in INPUTS[name])
                 expected_step = steps.get(name, 0) + (1 if moved else 0)
                 assert response["step"] == expected_step, (
                     f"{name}: step {response['step']}, expected {expected_step} (inputs "
-                    f"{'changed' if moved else 'unchanged'}); {response}; {context}")
+                    f"{'changed' if moved else 'unchanged'}); {response}; {context}"
+                )
                 steps[name] = response["step"]
                 compiled.setdefault(name, result.node.compiled_code.strip().rstrip(";"))
             versions = now_versions
@@ -470,51 +527,65 @@ class TestDifferentialLateness:
                     if rule is not None:
                         oracles[name] = LatenessOracle(name, rule, columns[name])
                 select = ", ".join(f"`{c}`" for c in columns[name])
-                query = as_bag(project.run_sql(f"select {select} from ({compiled[name]}) q",
-                                               fetch="all"))
+                query = as_bag(
+                    project.run_sql(f"select {select} from ({compiled[name]}) q", fetch="all")
+                )
                 oracle = oracles.get(name)
                 if oracle is not None and oracle.step < steps[name]:
                     oracle.advance(query, wall_clock)
                 elif oracle is not None:  # skipped: the inputs, hence Q, did not change
                     assert query == oracle.query_before, (
-                        f"{name} skipped step {number} but its query changed; {context}")
+                        f"{name} skipped step {number} but its query changed; {context}"
+                    )
                 expected = query if oracle is None else oracle.model
                 if name in EMIT_FINAL:
                     expected = oracle.final_groups()
-                actual = as_bag(project.run_sql(f"select {select} from {relation}",
-                                                fetch="all"))
+                actual = as_bag(project.run_sql(f"select {select} from {relation}", fetch="all"))
                 decisions = ""
                 if oracle is not None:
                     decisions = (
                         f"\noracle's step {oracle.step} (W "
                         f"{spark_string(oracle.waterline_before)} -> "
                         f"{spark_string(oracle.waterline)}), its changes:\n  "
-                        + "\n  ".join(oracle.last_decisions[:30]))
+                        + "\n  ".join(oracle.last_decisions[:30])
+                    )
                 assert actual == expected, (
                     f"{bag_diff(f'model {name} ({plan})', expected, actual)}{decisions}\n"
-                    f"{context}\nSQL: {compiled[name]}")
+                    f"{context}\nSQL: {compiled[name]}"
+                )
                 if oracle is None:
                     continue
 
                 late_columns = select + ", " + ", ".join(QUARANTINE)
-                late = as_bag(project.run_sql(f"select {late_columns} from {relation}__late",
-                                              fetch="all"))
+                late = as_bag(
+                    project.run_sql(f"select {late_columns} from {relation}__late", fetch="all")
+                )
                 assert late == oracle.late, (
-                    f"{bag_diff(f'{name}__late', oracle.late, late)}{decisions}\n{context}")
-                waterlines = as_bag(project.run_sql(
-                    f"select step, column_name, waterline, max_seen from {relation}__waterline",
-                    fetch="all"))
+                    f"{bag_diff(f'{name}__late', oracle.late, late)}{decisions}\n{context}"
+                )
+                waterlines = as_bag(
+                    project.run_sql(
+                        f"select step, column_name, waterline, max_seen from {relation}__waterline",
+                        fetch="all",
+                    )
+                )
                 assert waterlines == oracle.waterlines, (
                     f"{bag_diff(f'{name}__waterline', oracle.waterlines, waterlines)}"
-                    f"{decisions}\n{context}")
+                    f"{decisions}\n{context}"
+                )
             # visible with -s: where a step's time goes
-            print(f"step {number}: dbt run {ran:.1f} s, checks "
-                  f"{time.monotonic() - started - ran:.1f} s")
+            print(
+                f"step {number}: dbt run {ran:.1f} s, checks "
+                f"{time.monotonic() - started - ran:.1f} s"
+            )
 
         # emit_final models only ever inserted: their change feeds hold nothing else (and
         # final_downstream, append_only, ran every step over final_tumbling)
         for name in sorted(EMIT_FINAL):
-            kinds = project.run_sql(f"select _change_type, count(*) from table_changes("
-                                    f"'{schema}.{name}', 0) group by _change_type", fetch="all")
+            kinds = project.run_sql(
+                f"select _change_type, count(*) from table_changes("
+                f"'{schema}.{name}', 0) group by _change_type",
+                fetch="all",
+            )
             assert {kind for kind, _ in kinds} <= {"insert"}, (name, kinds)
         assert steps["final_downstream"] == steps["final_tumbling"]

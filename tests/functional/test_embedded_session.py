@@ -19,8 +19,9 @@ def test_tables_survive_between_dbt_processes(tmp_path):
     # A second process, with a cold JVM, finds the table the first one made in the metastore.
     second = project.dbt("run", "--select", "evens")
     assert second.returncode == 0, second.stdout
-    shown = project.dbt("show", "--inline", "select count(*) as n from {{ ref('evens') }}",
-                        "--output", "json")
+    shown = project.dbt(
+        "show", "--inline", "select count(*) as n from {{ ref('evens') }}", "--output", "json"
+    )
     assert shown.returncode == 0, shown.stdout
     assert '"n": 3' in shown.stdout
     # Default warehouse: under the project, with the metastore beside the tables.
@@ -30,7 +31,8 @@ def test_tables_survive_between_dbt_processes(tmp_path):
 
 def test_unknown_method_names_the_field(tmp_path):
     project = DbtProject.create(
-        tmp_path / "p", MODELS, target={"type": "streamsql", "schema": "s", "method": "carrier"})
+        tmp_path / "p", MODELS, target={"type": "streamsql", "schema": "s", "method": "carrier"}
+    )
     result = project.dbt("debug")
     assert result.returncode != 0
     assert "carrier" in result.stdout and "method" in result.stdout
@@ -55,10 +57,16 @@ def test_missing_java_is_explained(tmp_path):
 
 def test_unresolvable_delta_jars_are_explained(tmp_path):
     project = DbtProject.create(
-        tmp_path / "p", MODELS,
-        target={"type": "streamsql", "schema": "s",
-                "server_side_parameters": {
-                    "spark.jars.packages": "io.delta:no-such-artifact_2.13:0.0.0"}})
+        tmp_path / "p",
+        MODELS,
+        target={
+            "type": "streamsql",
+            "schema": "s",
+            "server_side_parameters": {
+                "spark.jars.packages": "io.delta:no-such-artifact_2.13:0.0.0"
+            },
+        },
+    )
     result = project.dbt("run")
     assert result.returncode != 0
     assert "Delta Lake's jars" in result.stdout

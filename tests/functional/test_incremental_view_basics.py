@@ -37,8 +37,9 @@ select count(*) as n, max(v) as top from {{ source('raw', 'src') }}
 
 
 def rows(project, relation: str, columns: str = "*") -> Counter:
-    return Counter(tuple(r) for r in project.run_sql(f"select {columns} from {relation}",
-                                                     fetch="all"))
+    return Counter(
+        tuple(r) for r in project.run_sql(f"select {columns} from {relation}", fetch="all")
+    )
 
 
 def latest_version(project, relation: str) -> int:
@@ -60,8 +61,12 @@ def create_src(project) -> str:
 class TestStepReport:
     @pytest.fixture(scope="class")
     def models(self):
-        return {"positive.sql": POSITIVE, "totals.sql": TOTALS, "everything.sql": EVERYTHING,
-                "sources.yml": SOURCES_YML}
+        return {
+            "positive.sql": POSITIVE,
+            "totals.sql": TOTALS,
+            "everything.sql": EVERYTHING,
+            "sources.yml": SOURCES_YML,
+        }
 
     def test_numbers_of_a_known_change_then_a_skipped_step(self, project):
         src = create_src(project)
@@ -95,12 +100,17 @@ class TestStepReport:
         # group 1 goes from (1, 2, 30) to (1, 1, 11): one row deleted, one inserted
         assert (totals["step"], totals["inserted"], totals["deleted"]) == (2, 1, 1)
         assert rows(project, f"{project.test_schema}.totals") == Counter(
-            {(1, 1, 11): 1, (2, 1, -5): 1})
+            {(1, 1, 11): 1, (2, 1, -5): 1}
+        )
 
         # no input change: the step is skipped and the model's table is not touched
-        before = {name: (latest_version(project, f"{project.test_schema}.{name}"),
-                         rows(project, f"{project.test_schema}.{name}"))
-                  for name in ("positive", "totals", "everything")}
+        before = {
+            name: (
+                latest_version(project, f"{project.test_schema}.{name}"),
+                rows(project, f"{project.test_schema}.{name}"),
+            )
+            for name in ("positive", "totals", "everything")
+        }
         results, log = run_dbt_and_capture(["run"])
         for name in ("positive", "totals", "everything"):
             response = by_name(results, name).adapter_response
@@ -108,8 +118,10 @@ class TestStepReport:
             assert (response["changes_read"], response["applied"]) == (0, 0), response
             assert "inputs unchanged, nothing to do" in response["_message"]
             assert f"{name}: step 2: inputs unchanged, nothing to do" in log
-            assert (latest_version(project, f"{project.test_schema}.{name}"),
-                    rows(project, f"{project.test_schema}.{name}")) == before[name]
+            assert (
+                latest_version(project, f"{project.test_schema}.{name}"),
+                rows(project, f"{project.test_schema}.{name}"),
+            ) == before[name]
 
 
 class TestFullRefresh:
@@ -148,7 +160,7 @@ class TestAppendOnly:
     def models(self):
         return {
             "growing.sql": "{{ config(materialized='incremental_view', append_only=true) }}\n"
-                           "select id, v from {{ source('raw', 'src') }}",
+            "select id, v from {{ source('raw', 'src') }}",
             "sources.yml": SOURCES_YML,
         }
 
@@ -180,7 +192,7 @@ class TestNonDeltaInput:
     def models(self):
         return {
             "from_parquet.sql": "{{ config(materialized='incremental_view') }}\n"
-                                "select id from {{ source('raw', 'parquet_src') }}",
+            "select id from {{ source('raw', 'parquet_src') }}",
             "sources.yml": SOURCES_YML,
         }
 
@@ -203,14 +215,16 @@ class TestChangeFeedOff:
     def models(self):
         return {
             "from_no_feed.sql": "{{ config(materialized='incremental_view') }}\n"
-                                "select id from {{ source('raw', 'no_feed_src') }}",
+            "select id from {{ source('raw', 'no_feed_src') }}",
             "sources.yml": SOURCES_YML,
         }
 
     def test_feed_off_is_explained_with_the_fix(self, project):
         schema = project.test_schema
-        project.run_sql(f"create table {schema}.no_feed_src (id int) using delta "
-                        "tblproperties (delta.enableChangeDataFeed = false)")
+        project.run_sql(
+            f"create table {schema}.no_feed_src (id int) using delta "
+            "tblproperties (delta.enableChangeDataFeed = false)"
+        )
         project.run_sql(f"insert into {schema}.no_feed_src values (1)")
 
         results = run_dbt(["run"], expect_pass=False)
@@ -222,8 +236,10 @@ class TestChangeFeedOff:
         assert "from_no_feed" not in tables, tables  # nothing was written
 
         # following the advice makes the model work
-        project.run_sql(f"alter table {schema}.no_feed_src "
-                        "set tblproperties (delta.enableChangeDataFeed = true)")
+        project.run_sql(
+            f"alter table {schema}.no_feed_src "
+            "set tblproperties (delta.enableChangeDataFeed = true)"
+        )
         results = run_dbt(["run"])
         assert by_name(results, "from_no_feed").adapter_response["step"] == 1
         assert rows(project, f"{schema}.from_no_feed") == Counter({(1,): 1})
@@ -241,8 +257,12 @@ class TestChangedSql:
         run_dbt(["run"])
         before = (latest_version(project, model), rows(project, model))
 
-        write_file(POSITIVE.replace("where v > 0", "where v < 0"),
-                   project.project_root, "models", "positive.sql")
+        write_file(
+            POSITIVE.replace("where v > 0", "where v < 0"),
+            project.project_root,
+            "models",
+            "positive.sql",
+        )
         results = run_dbt(["run"], expect_pass=False)
         message = by_name(results, "positive").message
         assert "positive" in message and "--full-refresh" in message, message
@@ -258,7 +278,7 @@ class TestYamlConfig:
     def models(self):
         return {
             "configured_in_yaml.sql": "select k, count(*) as n from {{ source('raw', 'src') }} "
-                                      "group by k",
+            "group by k",
             "sources.yml": SOURCES_YML,
             "models.yml": """
 version: 2
@@ -281,7 +301,6 @@ models:
         response = by_name(results, "configured_in_yaml").adapter_response
         assert (response["step"], response["deleted"]) == (2, 1), response
         assert rows(project, model) == Counter({(1, 2): 1})
-
 
 
 COPIES = """
@@ -328,8 +347,7 @@ def model_inserts(logs_dir: str, model: str, since: int) -> list:
     """The INSERTs into `model`'s own table run after byte `since` of dbt.log."""
     with open(f"{logs_dir}/dbt.log", encoding="utf-8") as log:
         log.seek(since)
-        return [line for line in log if f".{model}: INSERT INTO " in line
-                and f"{model}` (" in line]
+        return [line for line in log if f".{model}: INSERT INTO " in line and f"{model}` (" in line]
 
 
 def log_size(logs_dir: str) -> int:
@@ -345,19 +363,23 @@ class TestInsertOnlySteps:
 
     @pytest.fixture(scope="class")
     def models(self):
-        return {"copies.sql": COPIES, "pairs.sql": PAIRS, "left_pairs.sql": LEFT_PAIRS,
-                "top_pair.sql": TOP_PAIR, "sources.yml": SOURCES_YML}
+        return {
+            "copies.sql": COPIES,
+            "pairs.sql": PAIRS,
+            "left_pairs.sql": LEFT_PAIRS,
+            "top_pair.sql": TOP_PAIR,
+            "sources.yml": SOURCES_YML,
+        }
 
     def assert_models_equal_queries(self, project):
         schema = project.test_schema
         queries = {
             "copies": f"select k, v from {schema}.src",
-            "pairs": f"select a.id, b.id, a.k from {schema}.src a join {schema}.src b "
-                     "on a.k = b.k",
+            "pairs": f"select a.id, b.id, a.k from {schema}.src a join {schema}.src b on a.k = b.k",
             "left_pairs": f"select a.id, b.v from {schema}.src a left join {schema}.src b "
-                          "on a.k = b.k and b.v > 15",
+            "on a.k = b.k and b.v > 15",
             "top_pair": f"select a.k, max(b.v), count(*) from {schema}.src a join {schema}.src b "
-                        "on a.k = b.k group by a.k",
+            "on a.k = b.k group by a.k",
         }
         for name, query in queries.items():
             expected = Counter(tuple(r) for r in project.run_sql(query, fetch="all"))
@@ -365,8 +387,7 @@ class TestInsertOnlySteps:
 
     def test_inserts_skip_netting_and_keep_duplicates(self, project, logs_dir):
         src = create_src(project)
-        project.run_sql(f"insert into {src} values (1, 1, 10), (1, 1, 10), (2, 1, 20), "
-                        "(3, 2, 5)")
+        project.run_sql(f"insert into {src} values (1, 1, 10), (1, 1, 10), (2, 1, 20), (3, 2, 5)")
         since = log_size(logs_dir) if os.path.exists(f"{logs_dir}/dbt.log") else 0
         run_dbt(["run"])
         self.assert_models_equal_queries(project)
@@ -392,8 +413,11 @@ class TestInsertOnlySteps:
         # (taken for deleted maxima: k = 2's 30 here) and MAX would recompute its groups.
         with open(f"{logs_dir}/dbt.log", encoding="utf-8") as log:
             log.seek(since)
-            recomputed = [line for line in log
-                          if materializes(line, "top_pair") and "_streamsql_recomputed" in line]
+            recomputed = [
+                line
+                for line in log
+                if materializes(line, "top_pair") and "_streamsql_recomputed" in line
+            ]
         assert recomputed == [], recomputed
 
         # a deletion: the change is netted again

@@ -33,10 +33,12 @@ MODELS = {
     "windows.sql": (
         "{{ config(materialized='incremental_view', lateness={'ws': 'INTERVAL 1 HOUR'}) }}\n"
         "select k, window(ts, '10 minutes').start as ws, count(*) as n, max(v) as top "
-        "from {{ target.schema }}.events group by k, window(ts, '10 minutes')"),
+        "from {{ target.schema }}.events group by k, window(ts, '10 minutes')"
+    ),
     "busy_windows.sql": (
         "{{ config(materialized='incremental_view') }}\n"
-        "select k, ws, n from {{ ref('windows') }} where n > 1"),
+        "select k, ws, n from {{ ref('windows') }} where n > 1"
+    ),
 }
 # ids continue from the largest one; event time moves forward 5 minutes per id, and every
 # seventh row is 3 hours behind (late once the waterline has moved), every eleventh has none
@@ -76,9 +78,11 @@ def step_records(table_dir: Path) -> list:
 
 def test_runs_killed_at_random_moments_never_apply_a_step_twice_or_lose_one(tmp_path):
     project = DbtProject.create(
-        tmp_path / "p", MODELS,
+        tmp_path / "p",
+        MODELS,
         target={"type": "streamsql", "schema": "kill", "warehouse_dir": str(tmp_path / "wh")},
-        project_extra={"on-run-start": HOOKS})
+        project_extra={"on-run-start": HOOKS},
+    )
     rng = random.Random(SEED)
     assert project.dbt("run").returncode == 0  # step 1 of both, so kills land on later steps
     killed = 0
@@ -94,33 +98,46 @@ def test_runs_killed_at_random_moments_never_apply_a_step_twice_or_lose_one(tmp_
     assert killed, "no run was killed: lengthen the runs or shorten the waits"
 
     checker = DbtProject.create(tmp_path / "check", {}, target=project.target)
-    query = ("select k, window(ts, '10 minutes').start as ws, count(*) as n, max(v) as top "
-             "from kill.events group by k, window(ts, '10 minutes')")
-    late = ("select k, ws, n, top, case when _streamsql_change = 'insert' then 1 else -1 end "
-            "as w from kill.windows__late")
+    query = (
+        "select k, window(ts, '10 minutes').start as ws, count(*) as n, max(v) as top "
+        "from kill.events group by k, window(ts, '10 minutes')"
+    )
+    late = (
+        "select k, ws, n, top, case when _streamsql_change = 'insert' then 1 else -1 end "
+        "as w from kill.windows__late"
+    )
     busy = "select k, ws, n from kill.windows where n > 1"
     # the model + its quarantined inserts - its quarantined deletes = the query; the downstream
     # model = its query over the model; one __waterline row per step
-    check = (f"with q as ({query}), l as ({late}), signed as (select k, ws, n, top, 1 as w "
-             "from kill.windows union all select * from l), held as (select k, ws, n, top, "
-             "sum(w) as w from signed group by k, ws, n, top having sum(w) <> 0), "
-             "expected as (select k, ws, n, top, count(*) as w from q group by k, ws, n, top), "
-             "lines as (select step, count(*) as c from kill.windows__waterline group by step) "
-             "select (select count(*) from (select * from held except all select * from "
-             "expected)) as extra, (select count(*) from (select * from expected except all "
-             "select * from held)) as missing, (select count(*) from held where w < 0) "
-             "as negative, (select count(*) from kill.windows__late) as late_rows, "
-             f"(select count(*) from (select k, ws, n from kill.busy_windows except all {busy})) "
-             f"as downstream_extra, (select count(*) from ({busy} except all select k, ws, n "
-             "from kill.busy_windows)) as downstream_missing, "
-             "(select count(*) from lines) as waterline_steps, "
-             "(select coalesce(max(step), 0) from lines) as last_waterline_step, "
-             "(select count(*) from lines where c <> 1) as doubled_waterlines")
+    check = (
+        f"with q as ({query}), l as ({late}), signed as (select k, ws, n, top, 1 as w "
+        "from kill.windows union all select * from l), held as (select k, ws, n, top, "
+        "sum(w) as w from signed group by k, ws, n, top having sum(w) <> 0), "
+        "expected as (select k, ws, n, top, count(*) as w from q group by k, ws, n, top), "
+        "lines as (select step, count(*) as c from kill.windows__waterline group by step) "
+        "select (select count(*) from (select * from held except all select * from "
+        "expected)) as extra, (select count(*) from (select * from expected except all "
+        "select * from held)) as missing, (select count(*) from held where w < 0) "
+        "as negative, (select count(*) from kill.windows__late) as late_rows, "
+        f"(select count(*) from (select k, ws, n from kill.busy_windows except all {busy})) "
+        f"as downstream_extra, (select count(*) from ({busy} except all select k, ws, n "
+        "from kill.busy_windows)) as downstream_missing, "
+        "(select count(*) from lines) as waterline_steps, "
+        "(select coalesce(max(step), 0) from lines) as last_waterline_step, "
+        "(select count(*) from lines where c <> 1) as doubled_waterlines"
+    )
     row = show(checker, check)[0]
     numbers = step_records(tmp_path / "wh" / "tables" / "kill.db" / "windows")
     assert numbers == list(range(numbers[-1] + 1)), numbers  # each step once, none skipped
-    assert row == {"extra": 0, "missing": 0, "negative": 0, "late_rows": row["late_rows"],
-                   "downstream_extra": 0, "downstream_missing": 0,
-                   "waterline_steps": numbers[-1], "last_waterline_step": numbers[-1],
-                   "doubled_waterlines": 0}, (row, numbers)
+    assert row == {
+        "extra": 0,
+        "missing": 0,
+        "negative": 0,
+        "late_rows": row["late_rows"],
+        "downstream_extra": 0,
+        "downstream_missing": 0,
+        "waterline_steps": numbers[-1],
+        "last_waterline_step": numbers[-1],
+        "doubled_waterlines": 0,
+    }, (row, numbers)
     assert row["late_rows"] > 0, row  # the kills happened around real quarantining

@@ -51,14 +51,20 @@ class TestSeed001AsFiveSteps(LatenessProject):
         schema = project.test_schema
         applied = _rows(project, f"select location from {schema}.pickups order by ts")
         assert applied == [("home",), ("shop",), ("office",), ("home",)]
-        late = _rows(project, f"select location, _streamsql_step, _streamsql_change, "
-                     f"_streamsql_column, _streamsql_waterline, _streamsql_reason "
-                     f"from {schema}.pickups__late")
+        late = _rows(
+            project,
+            f"select location, _streamsql_step, _streamsql_change, "
+            f"_streamsql_column, _streamsql_waterline, _streamsql_reason "
+            f"from {schema}.pickups__late",
+        )
         assert late == [("friend", 5, "insert", "ts", "2020-01-01 01:00:00", "late")]
         assert [r["late"] for r in responses] == [0, 0, 0, 0, 1]
         # W(n) = max(W(n-1), max(ts of step n) - 1 hour), one row per step.
-        waterlines = _rows(project, f"select step, column_name, waterline, max_seen "
-                           f"from {schema}.pickups__waterline order by step")
+        waterlines = _rows(
+            project,
+            f"select step, column_name, waterline, max_seen "
+            f"from {schema}.pickups__waterline order by step",
+        )
         assert waterlines == [
             (1, "ts", "2019-12-31 23:00:00", "2020-01-01 00:00:00"),
             (2, "ts", "2020-01-01 00:00:00", "2020-01-01 01:00:00"),
@@ -89,8 +95,13 @@ class TestLateDeletesAndNulls(LatenessProject):
         schema = project.test_schema
         assert response["late"] == 2 and response["applied"] == 0
         assert sorted(_rows(project, f"select location from {schema}.pickups")) == [("a",), ("b",)]
-        late = sorted(_rows(project, f"select location, _streamsql_change, _streamsql_reason "
-                            f"from {schema}.pickups__late"))
+        late = sorted(
+            _rows(
+                project,
+                f"select location, _streamsql_change, _streamsql_reason "
+                f"from {schema}.pickups__late",
+            )
+        )
         assert late == [("a", "delete", "late"), ("nowhere", "insert", "null")]
 
 
@@ -113,8 +124,10 @@ class TestSeed000Purchase:
     @pytest.fixture(scope="class")
     def source(self, project):
         table = f"{project.test_schema}.purchase"
-        project.run_sql(f"create or replace table {table} "
-                        "(date_time string, credit_card bigint, amount decimal(10,2))")
+        project.run_sql(
+            f"create or replace table {table} "
+            "(date_time string, credit_card bigint, amount decimal(10,2))"
+        )
         return table
 
     @pytest.fixture(scope="class")
@@ -131,20 +144,28 @@ class TestSeed000Purchase:
 
         buy(("2024-01-01 10:00:00", 1, "10.00"), ("2024-01-01 10:30:00", 2, "5.50"))
         buy(("2024-01-01 12:10:00", 1, "7.25"))  # waterline -> 11:10
-        results = buy(("2024-01-01 10:59:00", 1, "99.99"),  # below 11:10: late
-                      ("2024-01-01 11:30:00", 2, "1.00"))  # out of order, but in time
+        results = buy(
+            ("2024-01-01 10:59:00", 1, "99.99"),  # below 11:10: late
+            ("2024-01-01 11:30:00", 2, "1.00"),
+        )  # out of order, but in time
         decoded = next(r for r in results if r.node.name == "decoded_purchase")
         assert decoded.adapter_response["late"] == 1
-        spend = _rows(project, f"select credit_card, cast(hour as string), spend, n "
-                      f"from {schema}.hourly_spend order by credit_card, hour")
+        spend = _rows(
+            project,
+            f"select credit_card, cast(hour as string), spend, n "
+            f"from {schema}.hourly_spend order by credit_card, hour",
+        )
         assert [(c, h, str(s), n) for c, h, s, n in spend] == [
             (1, "2024-01-01 10:00:00", "10.00", 1),
             (1, "2024-01-01 12:00:00", "7.25", 1),
             (2, "2024-01-01 10:00:00", "5.50", 1),
             (2, "2024-01-01 11:00:00", "1.00", 1),
         ]
-        late = _rows(project, f"select cast(date_time as string), amount, _streamsql_reason "
-                     f"from {schema}.decoded_purchase__late")
+        late = _rows(
+            project,
+            f"select cast(date_time as string), amount, _streamsql_reason "
+            f"from {schema}.decoded_purchase__late",
+        )
         assert [(t, str(a), r) for t, a, r in late] == [("2024-01-01 10:59:00", "99.99", "late")]
 
 
@@ -168,32 +189,41 @@ class TestFutureAndTwoColumns:
         return {"sensor.sql": SENSOR}
 
     def test_future_rows_do_not_move_the_waterline_and_either_column_makes_late(
-            self, project, source):
+        self, project, source
+    ):
         schema = project.test_schema
 
         def step(values):
             project.run_sql(f"insert into {source} values {values}")
             return run_dbt(["run", "--vars", f"{{source: {source}}}"])[0].adapter_response
 
-        first = step("(timestamp'2024-01-01 10:00:00', 1000, 1), "
-                     "(timestamp'2999-01-01 00:00:00', 1001, 2)")  # far in the future
+        first = step(
+            "(timestamp'2024-01-01 10:00:00', 1000, 1), (timestamp'2999-01-01 00:00:00', 1001, 2)"
+        )  # far in the future
         assert first["late"] == 1
         # The future row did not move the ts waterline; BIGINT lateness on seq: 1001 - 100.
         assert first["waterline"] == {"ts": "2024-01-01 09:00:00", "seq": "901"}
-        second = step("(timestamp'2024-01-01 09:30:00', 950, 3), "  # in time in both
-                      "(timestamp'2024-01-01 10:30:00', 800, 4), "  # late in seq only
-                      "(timestamp'2024-01-01 08:00:00', 990, 5)")  # late in ts only
+        second = step(
+            "(timestamp'2024-01-01 09:30:00', 950, 3), "  # in time in both
+            "(timestamp'2024-01-01 10:30:00', 800, 4), "  # late in seq only
+            "(timestamp'2024-01-01 08:00:00', 990, 5)"
+        )  # late in ts only
         assert second["late"] == 2 and second["inserted"] == 1
-        late = _rows(project, f"select reading, _streamsql_column, _streamsql_waterline, "
-                     f"_streamsql_reason, _streamsql_step from {schema}.sensor__late "
-                     f"order by reading")
+        late = _rows(
+            project,
+            f"select reading, _streamsql_column, _streamsql_waterline, "
+            f"_streamsql_reason, _streamsql_step from {schema}.sensor__late "
+            f"order by reading",
+        )
         assert late == [
             (2, "ts", None, "future", 1),
             (4, "seq", "901", "late", 2),
             (5, "ts", "2024-01-01 09:00:00", "late", 2),
         ]
-        assert _rows(project, f"select reading from {schema}.sensor order by reading") == \
-            [(1,), (3,)]
+        assert _rows(project, f"select reading from {schema}.sensor order by reading") == [
+            (1,),
+            (3,),
+        ]
 
 
 BAD_CONFIGS = {
@@ -221,16 +251,23 @@ class TestBadLatenessConfig:
     def models(self):
         return BAD_CONFIGS
 
-    @pytest.mark.parametrize("model, message", [
-        ("unknown_column", "config lateness names column 'when', which the model does not have"),
-        ("not_constant", "is not a constant expression"),
-        ("wrong_type", "cannot be subtracted from column label of type string"),
-    ])
+    @pytest.mark.parametrize(
+        "model, message",
+        [
+            (
+                "unknown_column",
+                "config lateness names column 'when', which the model does not have",
+            ),
+            ("not_constant", "is not a constant expression"),
+            ("wrong_type", "cannot be subtracted from column label of type string"),
+        ],
+    )
     def test_fails_before_writing_anything(self, project, source, model, message):
-        results = run_dbt(["run", "--select", model, "--vars", f"{{source: {source}}}"],
-                          expect_pass=False)
+        results = run_dbt(
+            ["run", "--select", model, "--vars", f"{{source: {source}}}"], expect_pass=False
+        )
         assert f"Model {model}" in results[0].message and message in results[0].message
-        tables = [row[1] for row in project.run_sql(
-            f"show tables in {project.test_schema}", fetch="all")]
+        tables = [
+            row[1] for row in project.run_sql(f"show tables in {project.test_schema}", fetch="all")
+        ]
         assert not any(t.startswith(model) for t in tables)
-

@@ -26,8 +26,10 @@ from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_ses
 from tests.differential import as_bag, bag_diff
 
 SOURCES = ("wide", "typed", "vac", "recreated", "cdf", "silent", "src_uk")
-SOURCES_YML = "version: 2\nsources:\n  - name: raw\n    schema: \"{{ target.schema }}\"\n" \
-              "    tables:\n" + "".join(f"      - name: {t}\n" for t in SOURCES)
+SOURCES_YML = (
+    'version: 2\nsources:\n  - name: raw\n    schema: "{{ target.schema }}"\n'
+    "    tables:\n" + "".join(f"      - name: {t}\n" for t in SOURCES)
+)
 
 
 def src(table: str) -> str:
@@ -48,15 +50,19 @@ MODELS: Dict[str, str] = {
     "typed_star": iv(f"select * from {src('typed')}"),
     # VACUUM with retention 0: linear, aggregate, staged, and a model that reads a recovered one
     "vac_linear": iv(f"select id, k, v * 2 as v2 from {src('vac')} where v is not null"),
-    "vac_agg": iv(f"select k, count(*) as n, sum(v) as total, max(v) as top from {src('vac')} "
-                  "group by k"),
-    "vac_staged": iv(f"select f.id, f.k, a.n from {src('vac')} f join (select k, count(*) as n "
-                     f"from {src('vac')} group by k) a on f.k = a.k"),
+    "vac_agg": iv(
+        f"select k, count(*) as n, sum(v) as total, max(v) as top from {src('vac')} group by k"
+    ),
+    "vac_staged": iv(
+        f"select f.id, f.k, a.n from {src('vac')} f join (select k, count(*) as n "
+        f"from {src('vac')} group by k) a on f.k = a.k"
+    ),
     "vac_downstream": iv("select k, n, total from {{ ref('vac_agg') }} where n > 1"),
     # dropped and created again: linear, LATENESS, and one that cannot be recomputed exactly
     "rec_linear": iv(f"select id, k, v from {src('recreated')} where k > 0"),
-    "rec_late": iv(f"select id, ts, v from {src('recreated')}",
-                   lateness="{'ts': 'INTERVAL 1 HOUR'}"),
+    "rec_late": iv(
+        f"select id, ts, v from {src('recreated')}", lateness="{'ts': 'INTERVAL 1 HOUR'}"
+    ),
     "rec_nondet": iv(f"select id, k, current_date() as d from {src('recreated')}"),
     # change data feed off and on; files gone without a VACUUM commit
     "cdf_linear": iv(f"select id, k, v from {src('cdf')} where k >= 0"),
@@ -87,8 +93,7 @@ class TestOperationalFaults:
 
     @pytest.fixture(scope="class")
     def models(self):
-        return {**{f"{name}.sql": sql for name, sql in MODELS.items()},
-                "sources.yml": SOURCES_YML}
+        return {**{f"{name}.sql": sql for name, sql in MODELS.items()}, "sources.yml": SOURCES_YML}
 
     def sql(self, project, statement: str):
         return project.run_sql(statement.format(s=project.test_schema), fetch="all")
@@ -105,8 +110,9 @@ class TestOperationalFaults:
             names.append(row[0])
         return names
 
-    def assert_matches_query(self, project, compiled: Dict[str, str], name: str,
-                             columns=None) -> None:
+    def assert_matches_query(
+        self, project, compiled: Dict[str, str], name: str, columns=None
+    ) -> None:
         columns = columns or self.columns(project, name)
         cols = ", ".join(f"`{c}`" for c in columns)
         body = compiled[name].strip().rstrip(";")
@@ -120,9 +126,11 @@ class TestOperationalFaults:
         run = lambda statement: spark.sql(statement.format(s=s))  # noqa: E731
         run(f"create table {{s}}.wide (id int, v int) {cdf}")
         run(f"create table {{s}}.typed (id int, x int) {cdf}")
-        run("create table {s}.vac (id int, k int, v int) tblproperties ("
+        run(
+            "create table {s}.vac (id int, k int, v int) tblproperties ("
             "'delta.enableChangeDataFeed' = 'true', "
-            "'delta.deletedFileRetentionDuration' = 'interval 1 hour')")
+            "'delta.deletedFileRetentionDuration' = 'interval 1 hour')"
+        )
         run(f"create table {{s}}.recreated (id int, k int, v int, ts timestamp) {cdf}")
         run(f"create table {{s}}.cdf (id int, k int, v int) {cdf}")
         run(f"create table {{s}}.silent (id int, v int) {cdf}")
@@ -130,9 +138,11 @@ class TestOperationalFaults:
         run("insert into {s}.wide values (1, 10), (2, 20)")
         run("insert into {s}.typed values (1, 1)")
         run("insert into {s}.vac values (1, 1, 10), (2, 1, 20), (3, 2, 30), (4, 3, null)")
-        run("insert into {s}.recreated values (1, 1, 10, timestamp'2024-01-01 10:00:00'), "
+        run(
+            "insert into {s}.recreated values (1, 1, 10, timestamp'2024-01-01 10:00:00'), "
             "(2, 2, 20, timestamp'2024-01-01 11:00:00'), (3, 0, 30, "
-            "timestamp'2024-01-01 12:00:00')")
+            "timestamp'2024-01-01 12:00:00')"
+        )
         run("insert into {s}.cdf values (1, 1, 10), (2, 2, 20)")
         run("insert into {s}.silent values (1, 10), (2, 20), (3, 30)")
         run("insert into {s}.src_uk values (1, 1, 10), (2, 1, 20), (3, 2, 30)")
@@ -151,15 +161,18 @@ class TestOperationalFaults:
         notes = first["vac_linear"].adapter_response["notes"]
         assert any("retention: " in n and ".vac keeps 1 hour of history" in n for n in notes)
         normal = {name: first[name].adapter_response["seconds"] for name in ("vac_linear",)}
-        before = {name: self.version(project, name)
-                  for name in ("osc_fail", "typed_star", "rec_nondet")}
+        before = {
+            name: self.version(project, name) for name in ("osc_fail", "typed_star", "rec_nondet")
+        }
 
         # -- the faults --------------------------------------------------------------------------
         run("alter table {s}.wide add columns (c int)")
         run("insert into {s}.wide values (3, 30, 3)")
         run("update {s}.wide set c = 1 where id = 1")
-        run("create or replace table {s}.typed (id int, x bigint) "
-            "tblproperties ('delta.enableChangeDataFeed' = 'true')")
+        run(
+            "create or replace table {s}.typed (id int, x bigint) "
+            "tblproperties ('delta.enableChangeDataFeed' = 'true')"
+        )
         run("insert into {s}.typed values (1, 1), (2, 2)")
         run("update {s}.vac set v = 11 where id = 1")
         run("delete from {s}.vac where id = 3")
@@ -169,9 +182,11 @@ class TestOperationalFaults:
         run("vacuum {s}.vac retain 0 hours")
         run("drop table {s}.recreated")
         run(f"create table {{s}}.recreated (id int, k int, v int, ts timestamp) {cdf}")
-        run("insert into {s}.recreated values (1, 1, 10, timestamp'2024-01-01 10:00:00'), "
+        run(
+            "insert into {s}.recreated values (1, 1, 10, timestamp'2024-01-01 10:00:00'), "
             "(4, 4, 40, timestamp'2024-01-01 12:30:00'), "
-            "(5, 5, 50, timestamp'2024-01-01 08:00:00')")  # 5 is below the waterline: late
+            "(5, 5, 50, timestamp'2024-01-01 08:00:00')"
+        )  # 5 is below the waterline: late
         run("alter table {s}.cdf set tblproperties (delta.enableChangeDataFeed = false)")
         run("update {s}.cdf set v = 21 where id = 2")
         run("insert into {s}.cdf values (3, 3, 30)")
@@ -185,19 +200,28 @@ class TestOperationalFaults:
         # -- 2. the step after them -------------------------------------------------------------
         second = by_name(run_dbt(["run"], expect_pass=False))
         failed = {name for name, r in second.items() if r.status != "success"}
-        assert failed == {"osc_fail", "typed_star", "rec_nondet", "uk_dup"}, \
-            {n: second[n].message for n in failed}
+        assert failed == {"osc_fail", "typed_star", "rec_nondet", "uk_dup"}, {
+            n: second[n].message for n in failed
+        }
         fail = second["osc_fail"].message
-        assert "Model osc_fail: its query's columns changed since step 1 (added: c int (from " \
-               f"{s}.wide))" in fail and "on_schema_change is 'fail'" in fail
+        assert (
+            "Model osc_fail: its query's columns changed since step 1 (added: c int (from "
+            f"{s}.wide))"
+            in fail
+            and "on_schema_change is 'fail'" in fail
+        )
         assert "--full-refresh --select osc_fail" in fail
         typed = second["typed_star"].message
-        assert "Model typed_star: column x is bigint in the model's query (from " \
-               f"{s}.typed) but int in its table" in typed
+        assert (
+            "Model typed_star: column x is bigint in the model's query (from "
+            f"{s}.typed) but int in its table" in typed
+        )
         assert "--full-refresh --select typed_star" in typed
         nondet = second["rec_nondet"].message
-        assert f"Model rec_nondet: {s}.recreated was dropped or replaced and created again" \
-               in nondet and "current_date()" in nondet
+        assert (
+            f"Model rec_nondet: {s}.recreated was dropped or replaced and created again" in nondet
+            and "current_date()" in nondet
+        )
         assert "the step needed the changes of" in nondet
         assert "--full-refresh --select rec_nondet" in nondet
         for name, version in before.items():  # each refused model's table is as it was
@@ -205,8 +229,10 @@ class TestOperationalFaults:
         assert self.columns(project, "osc_fail") == ["id", "v"]
 
         assert self.columns(project, "osc_ignore") == ["id", "v"]
-        assert any("on_schema_change 'ignore': the query's column(s) c are not in the model" in n
-                   for n in second["osc_ignore"].adapter_response["notes"])
+        assert any(
+            "on_schema_change 'ignore': the query's column(s) c are not in the model" in n
+            for n in second["osc_ignore"].adapter_response["notes"]
+        )
         self.assert_matches_query(project, compiled, "osc_ignore")
         for name in ("osc_append", "osc_sync"):
             assert self.columns(project, name) == ["id", "v", "c"]
@@ -214,9 +240,12 @@ class TestOperationalFaults:
             assert not any("recovered" in n for n in second[name].adapter_response["notes"])
 
         expected_reason = {
-            "vac_linear": ".vac was vacuumed, which deleted", "vac_agg": ".vac was vacuumed",
-            "vac_staged": ".vac was vacuumed", "rec_linear": ".recreated was dropped",
-            "rec_late": ".recreated was dropped", "cdf_linear": "change data feed turned off",
+            "vac_linear": ".vac was vacuumed, which deleted",
+            "vac_agg": ".vac was vacuumed",
+            "vac_staged": ".vac was vacuumed",
+            "rec_linear": ".recreated was dropped",
+            "rec_late": ".recreated was dropped",
+            "cdf_linear": "change data feed turned off",
             "silent_linear": "reading its inputs' history failed",
         }
         for name, reason in expected_reason.items():
@@ -225,13 +254,15 @@ class TestOperationalFaults:
             if name != "rec_late":
                 self.assert_matches_query(project, compiled, name)
         self.assert_matches_query(project, compiled, "vac_downstream")
-        assert not any("recovered" in n for n in
-                       second["vac_downstream"].adapter_response["notes"])
+        assert not any("recovered" in n for n in second["vac_downstream"].adapter_response["notes"])
         self.assert_late_model_holds_its_guarantee(project, compiled, late_rows={5})
         recovery = {name: second[name].adapter_response["seconds"] for name in normal}
         self.assert_matches_query(project, compiled, "uk_good")
-        feed = self.sql(project, "select _change_type from table_changes('{s}.uk_good', "
-                                 f"{self.version(project, 'uk_good')})")
+        feed = self.sql(
+            project,
+            "select _change_type from table_changes('{s}.uk_good', "
+            f"{self.version(project, 'uk_good')})",
+        )
         assert sorted(r[0] for r in feed) == ["update_postimage", "update_preimage"]
 
         # -- 3. ordinary changes, and a dropped source column -------------------------------------
@@ -246,11 +277,20 @@ class TestOperationalFaults:
 
         third = by_name(run_dbt(["run"], expect_pass=False))
         failed = {name for name, r in third.items() if r.status != "success"}
-        assert failed == {"osc_ignore", "osc_fail", "typed_star", "rec_nondet", "uk_dup"}, \
-            {n: third[n].message for n in failed}
+        assert failed == {"osc_ignore", "osc_fail", "typed_star", "rec_nondet", "uk_dup"}, {
+            n: third[n].message for n in failed
+        }
         assert "cannot fill v, which the query no longer has" in third["osc_ignore"].message
-        for name in ("vac_linear", "vac_agg", "vac_staged", "vac_downstream", "rec_linear",
-                     "cdf_linear", "silent_linear", "uk_good"):
+        for name in (
+            "vac_linear",
+            "vac_agg",
+            "vac_staged",
+            "vac_downstream",
+            "rec_linear",
+            "cdf_linear",
+            "silent_linear",
+            "uk_good",
+        ):
             notes = third[name].adapter_response["notes"]
             assert not any(n.startswith("recovered") for n in notes), (name, notes)
             assert third[name].adapter_response["plan"] == first[name].adapter_response["plan"]
@@ -259,8 +299,10 @@ class TestOperationalFaults:
         # the input dropped a column: read again from its current version, and the column kept
         # (append_new_columns, NULL in the new row) or dropped (sync_all_columns)
         # (the first commit its change feed cannot be read across: the column mapping switch)
-        assert any(n.startswith("recovered (") and ".wide changed its column mapping" in n
-                   for n in third["osc_append"].adapter_response["notes"])
+        assert any(
+            n.startswith("recovered (") and ".wide changed its column mapping" in n
+            for n in third["osc_append"].adapter_response["notes"]
+        )
         assert self.columns(project, "osc_append") == ["id", "v", "c"]
         self.assert_matches_query(project, compiled, "osc_append", columns=["id", "c"])
         kept = [tuple(r) for r in self.sql(project, "select id, v from {s}.osc_append")]
@@ -278,6 +320,7 @@ class TestOperationalFaults:
         late = self.sql(project, "select id, ts, v, _streamsql_change from {s}.rec_late__late")
         inserted = Counter(tuple(r[:3]) for r in late if r[3] == "insert")
         deleted = Counter(tuple(r[:3]) for r in late if r[3] == "delete")
-        assert model + inserted == query + deleted, bag_diff("rec_late", query + deleted,
-                                                             model + inserted)
+        assert model + inserted == query + deleted, bag_diff(
+            "rec_late", query + deleted, model + inserted
+        )
         assert {r[0] for r in late if r[3] == "insert"} == late_rows

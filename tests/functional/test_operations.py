@@ -80,13 +80,14 @@ STALE_START = "2020-01-01 10:00:00"
 
 
 def fresh_rows(ids, minutes_ago):
-    return ", ".join(f"({i}, current_timestamp() - make_dt_interval(0, 0, {m}), {i})"
-                     for i, m in zip(ids, minutes_ago))
+    return ", ".join(
+        f"({i}, current_timestamp() - make_dt_interval(0, 0, {m}), {i})"
+        for i, m in zip(ids, minutes_ago)
+    )
 
 
 def stale_rows(ids, start):
-    return ", ".join(f"({i}, timestamp'{start}' + make_dt_interval(0, 0, {i}), {i})"
-                     for i in ids)
+    return ", ".join(f"({i}, timestamp'{start}' + make_dt_interval(0, 0, {i}), {i})" for i in ids)
 
 
 def flat(text):
@@ -122,9 +123,11 @@ class TestOperations:
         project.run_sql(f"insert into {fresh} values {fresh_rows(range(11, 21), range(1, 11))}")
         project.run_sql(f"update {fresh} set v = v + 100 where id = 1")  # two changes
         project.run_sql(f"delete from {fresh} where id = 2")
-        project.run_sql(f"insert into {stale} values "  # ten late rows, two on time
-                        f"{stale_rows(range(11, 21), '2020-01-01 08:00:00')}, "
-                        f"{stale_rows(range(21, 23), '2020-01-01 10:00:00')}")
+        project.run_sql(
+            f"insert into {stale} values "  # ten late rows, two on time
+            f"{stale_rows(range(11, 21), '2020-01-01 08:00:00')}, "
+            f"{stale_rows(range(21, 23), '2020-01-01 10:00:00')}"
+        )
         step()
         return responses
 
@@ -166,8 +169,10 @@ class TestOperations:
         assert (behind_now[0], behind_now[1]) == ("ts", 2)
         assert str(behind_now[2]) == "2020-01-01 09:22:00"
         behind_max = rows[("waterline_within", "max")]
-        assert (str(behind_max[2]), str(behind_max[3])) == \
-            ("2020-01-01 09:22:00", "2020-01-01 10:22:00")
+        assert (str(behind_max[2]), str(behind_max[3])) == (
+            "2020-01-01 09:22:00",
+            "2020-01-01 10:22:00",
+        )
 
     def explain(self, capsys, model):
         """The operation's text, white space collapsed (long lines are wrapped)."""
@@ -177,55 +182,73 @@ class TestOperations:
 
     def test_explain_a_linear_model_with_lateness(self, project, steps, capsys):
         schema = project.test_schema
-        contains(self.explain(capsys, "fresh"), [
-            f"streamsql_explain: fresh ({schema}.fresh)",
-            "Plan: linear",
-            "fast path filter, projection",
-            "recomputed nothing: a step costs its inputs' change",
-            f"{schema}.fresh__late LATENESS quarantine",
-            f"{schema}.fresh__waterline the waterline of each step",
-            "Merge key: none: a step that only adds rows appends them",
-            "ts (timestamp): lateness INTERVAL 1 HOUR",
-            "waterline after step 2: ",
-            f"{schema}.fresh_events step 2 read version 4; unchanged since",
-            # the SQL the operation renders is the SQL `dbt run` compiled
-            "SQL: the same as step 2's (fingerprint ",
-            "no input changed since step 2: the next run is not a step",
-        ])
+        contains(
+            self.explain(capsys, "fresh"),
+            [
+                f"streamsql_explain: fresh ({schema}.fresh)",
+                "Plan: linear",
+                "fast path filter, projection",
+                "recomputed nothing: a step costs its inputs' change",
+                f"{schema}.fresh__late LATENESS quarantine",
+                f"{schema}.fresh__waterline the waterline of each step",
+                "Merge key: none: a step that only adds rows appends them",
+                "ts (timestamp): lateness INTERVAL 1 HOUR",
+                "waterline after step 2: ",
+                f"{schema}.fresh_events step 2 read version 4; unchanged since",
+                # the SQL the operation renders is the SQL `dbt run` compiled
+                "SQL: the same as step 2's (fingerprint ",
+                "no input changed since step 2: the next run is not a step",
+            ],
+        )
         project.run_sql(f"insert into {schema}.fresh_events values {fresh_rows([30], [0])}")
-        contains(self.explain(capsys, "fresh"), [
-            f"{schema}.fresh_events step 2 read version 4; the next step reads 5..5 (1 commit)",
-            "step 3 reads the inputs' changes listed above",
-        ])
+        contains(
+            self.explain(capsys, "fresh"),
+            [
+                f"{schema}.fresh_events step 2 read version 4; the next step reads 5..5 (1 commit)",
+                "step 3 reads the inputs' changes listed above",
+            ],
+        )
 
     def test_explain_an_aggregate(self, project, steps, capsys):
-        contains(self.explain(capsys, "fresh_hourly"), [
-            "Plan: aggregate",
-            "fast path group by (count(*), sum)",
-            f"{project.test_schema}.fresh_hourly__streamsql_state per-group partial aggregates",
-            "Merge key: (hour): a changed group's row is updated in place",
-        ])
+        contains(
+            self.explain(capsys, "fresh_hourly"),
+            [
+                "Plan: aggregate",
+                "fast path group by (count(*), sum)",
+                f"{project.test_schema}.fresh_hourly__streamsql_state per-group partial aggregates",
+                "Merge key: (hour): a changed group's row is updated in place",
+            ],
+        )
 
     def test_explain_stages(self, project, steps, capsys):
-        contains(self.explain(capsys, "fresh_with_stale_counts"), [
-            "Plan: linear",
-            "fast path projection, inner join",
-            "stage0 group by (count(*)) (an aggregate below the top, columns id, n)",
-            f"{project.test_schema}.fresh_with_stale_counts__streamsql_stage0 per-group state",
-            f"{project.test_schema}.stale step 2 read version 2; unchanged since",
-        ])
+        contains(
+            self.explain(capsys, "fresh_with_stale_counts"),
+            [
+                "Plan: linear",
+                "fast path projection, inner join",
+                "stage0 group by (count(*)) (an aggregate below the top, columns id, n)",
+                f"{project.test_schema}.fresh_with_stale_counts__streamsql_stage0 per-group state",
+                f"{project.test_schema}.stale step 2 read version 2; unchanged since",
+            ],
+        )
 
     def test_explain_a_recompute(self, project, steps, capsys):
-        contains(self.explain(capsys, "top_values"), [
-            "Plan: recompute",
-            "recomputed the whole query, because LIMIT is not maintained incrementally",
-            "to avoid it keep the top rows per partition instead",
-        ])
+        contains(
+            self.explain(capsys, "top_values"),
+            [
+                "Plan: recompute",
+                "recomputed the whole query, because LIMIT is not maintained incrementally",
+                "to avoid it keep the top rows per partition instead",
+            ],
+        )
 
     def test_explain_a_model_not_run_yet_and_the_errors(self, project, steps, capsys):
         text = self.explain(capsys, "never_run")
-        assert re.search(rf"{project.test_schema}\.fresh_events not read yet; the next step "
-                         r"reads version \d+ in full", text)
+        assert re.search(
+            rf"{project.test_schema}\.fresh_events not read yet; the next step "
+            r"reads version \d+ in full",
+            text,
+        )
         assert "not run yet: the first `dbt run` creates the model's tables" in text
 
         for model, message in [
@@ -234,5 +257,6 @@ class TestOperations:
         ]:
             _, log = run_dbt_and_capture(
                 ["run-operation", "streamsql_explain", "--args", f"{{model: {model}}}"],
-                expect_pass=False)
+                expect_pass=False,
+            )
             assert message in log, log

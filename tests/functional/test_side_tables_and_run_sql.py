@@ -47,9 +47,13 @@ def dbt_log_statements(logs_dir, node_id):
             if line.startswith("{"):
                 events.append(json.loads(line))
     last = [e for e in events if e["info"]["name"] == "SQLQuery"][-1]["info"]["invocation_id"]
-    return [e["data"]["sql"] for e in events
-            if e["info"]["name"] == "SQLQuery" and e["info"]["invocation_id"] == last
-            and e["data"].get("node_info", {}).get("unique_id") == node_id]
+    return [
+        e["data"]["sql"]
+        for e in events
+        if e["info"]["name"] == "SQLQuery"
+        and e["info"]["invocation_id"] == last
+        and e["data"].get("node_info", {}).get("unique_id") == node_id
+    ]
 
 
 class TestSideTableMacrosAndRunSql:
@@ -67,14 +71,15 @@ class TestSideTableMacrosAndRunSql:
         source = f"{project.test_schema}.events"
         project.run_sql(f"create or replace table {source} (id bigint, ts timestamp, v int)")
         node = f"model.{PROJECT}.events_on_time"
-        run_file = os.path.join(project.project_root, "target", "run", PROJECT,
-                                "models", "events_on_time.sql")
+        run_file = os.path.join(
+            project.project_root, "target", "run", PROJECT, "models", "events_on_time.sql"
+        )
         taken = []
-        for rows in ("(1, timestamp'2020-01-01 10:00:00', 1), "
-                     "(2, timestamp'2020-01-01 11:00:00', 2)",
-                     # late (below the 10:00 waterline), on time, and an update: a MERGE
-                     "(3, timestamp'2020-01-01 08:00:00', 3), "
-                     "(4, timestamp'2020-01-01 11:30:00', 4)"):
+        for rows in (
+            "(1, timestamp'2020-01-01 10:00:00', 1), (2, timestamp'2020-01-01 11:00:00', 2)",
+            # late (below the 10:00 waterline), on time, and an update: a MERGE
+            "(3, timestamp'2020-01-01 08:00:00', 3), (4, timestamp'2020-01-01 11:30:00', 4)",
+        ):
             project.run_sql(f"insert into {source} values {rows}")
             if taken:
                 project.run_sql(f"update {source} set v = 20 where id = 2")
@@ -88,16 +93,19 @@ class TestSideTableMacrosAndRunSql:
         schema = project.test_schema
 
         def properties(table):
-            return {row[0]: row[1] for row in project.run_sql(
-                f"show tblproperties {schema}.{table}", fetch="all")}
+            return {
+                row[0]: row[1]
+                for row in project.run_sql(f"show tblproperties {schema}.{table}", fetch="all")
+            }
 
         late = properties("events_on_time__late")
         assert late["streamsql.test.owner"] == "ops-team"  # the model's config, seen by the macro
         assert late["delta.enableChangeDataFeed"] == "true"
         assert "streamsql.test.owner" not in properties("events_on_time__waterline")
         assert [response["late"] for response, _, _ in steps] == [0, 1]
-        assert project.run_sql(f"select id from {schema}.events_on_time__late",
-                               fetch="all") == [(3,)]
+        assert project.run_sql(f"select id from {schema}.events_on_time__late", fetch="all") == [
+            (3,)
+        ]
 
     def test_target_run_holds_the_statements_dbt_logged_in_order(self, project, steps):
         for response, text, logged in steps:
@@ -105,8 +113,10 @@ class TestSideTableMacrosAndRunSql:
             assert logged, "dbt.log logged no statement for the model"
             assert [statement for _, statement in written] == [s.rstrip() for s in logged]
             assert all(role and "\n" not in role for role, _ in written)
-            assert text.startswith(f"-- dbt-streamsql: incremental_view {project.test_schema}."
-                                   f"events_on_time: events_on_time: step {response['step']}: ")
+            assert text.startswith(
+                f"-- dbt-streamsql: incremental_view {project.test_schema}."
+                f"events_on_time: events_on_time: step {response['step']}: "
+            )
         roles = [role for role, _ in read_script(steps[1][1])]
         model = f"`{project.test_schema}`.`events_on_time`"
         assert f"MERGE the change into the model {model} (step 2)" in roles
@@ -117,8 +127,9 @@ class TestSideTableMacrosAndRunSql:
 
     def test_dbt_compile_still_shows_the_select(self, project, steps):
         run_dbt(["compile", "--select", "events_on_time"])
-        compiled = os.path.join(project.project_root, "target", "compiled", PROJECT,
-                                "models", "events_on_time.sql")
+        compiled = os.path.join(
+            project.project_root, "target", "compiled", PROJECT, "models", "events_on_time.sql"
+        )
         with open(compiled) as text:
             sql = text.read()
         assert sql.strip().startswith("select id, ts, v from")

@@ -42,9 +42,11 @@ class TestWatermark:
         # 112 >= 100 + 10 releases 'a' (as if it had just arrived); 'b' and 'c' stay held.
         assert _rows(project, f"select * from {view}") == [(100, "a")]
         assert second["held"] == 2
-        assert _rows(project, f"select seq, _streamsql_held_step, _streamsql_released_step "
-                     f"from {schema}.ticks_view__pending") == [
-            (100, 1, 2), (105, 1, None), (112, 2, None)]
+        assert _rows(
+            project,
+            f"select seq, _streamsql_held_step, _streamsql_released_step "
+            f"from {schema}.ticks_view__pending",
+        ) == [(100, 1, 2), (105, 1, None), (112, 2, None)]
 
         project.run_sql(f"insert into {source} values (130, 'd')")
         third = self.step(project, source)
@@ -58,11 +60,16 @@ class TestWatermark:
         # 90 + 10 <= 130 (seen): released at once, and below the waterline max(95, 112 - 5) =
         # 107, so LATENESS quarantines it. 130 is still held: nothing >= 140 has arrived.
         assert fourth["late"] == 1 and fourth["held"] == 1
-        assert _rows(project, f"select seq, _streamsql_step, _streamsql_reason "
-                     f"from {schema}.ticks_view__late") == [(90, 4, "late")]
+        assert _rows(
+            project,
+            f"select seq, _streamsql_step, _streamsql_reason from {schema}.ticks_view__late",
+        ) == [(90, 4, "late")]
 
         run_dbt(["run-operation", "streamsql_flush", "--args", "{model: ticks_view}"])
         # A quiet source must not stall the output: the flush releases 130.
         assert _rows(project, f"select seq from {view}") == [(100,), (105,), (112,), (130,)]
-        assert _rows(project, f"select count(*) from {schema}.ticks_view__pending "
-                     f"where _streamsql_released_step is null") == [(0,)]
+        assert _rows(
+            project,
+            f"select count(*) from {schema}.ticks_view__pending "
+            f"where _streamsql_released_step is null",
+        ) == [(0,)]

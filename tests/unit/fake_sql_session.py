@@ -75,13 +75,22 @@ class FakeTable:
     table_id: str = "table-1"
     size_bytes: int = 1000  # its data files' size (DESCRIBE DETAIL)
 
-    def commit(self, operation: str, metadata: Optional[str] = None,
-               parameters: Optional[Dict[str, str]] = None,
-               metrics: Optional[Dict[str, str]] = None) -> None:
-        self.history.append({"version": len(self.history), "operation": operation,
-                             "operationParameters": dict(parameters or {}),
-                             "operationMetrics": dict(metrics or {}),
-                             "userMetadata": metadata})
+    def commit(
+        self,
+        operation: str,
+        metadata: Optional[str] = None,
+        parameters: Optional[Dict[str, str]] = None,
+        metrics: Optional[Dict[str, str]] = None,
+    ) -> None:
+        self.history.append(
+            {
+                "version": len(self.history),
+                "operation": operation,
+                "operationParameters": dict(parameters or {}),
+                "operationMetrics": dict(metrics or {}),
+                "userMetadata": metadata,
+            }
+        )
 
 
 @dataclass
@@ -122,8 +131,9 @@ class FakeSqlSession:
 
     # -- setting up ---------------------------------------------------------------------------
 
-    def create_source(self, name: str, columns: Sequence[Tuple[str, str]],
-                      change_feed: bool = True) -> None:
+    def create_source(
+        self, name: str, columns: Sequence[Tuple[str, str]], change_feed: bool = True
+    ) -> None:
         properties = {"delta.enableChangeDataFeed": "true"} if change_feed else {}
         table = FakeTable(list(columns), properties)
         table.commit("CREATE TABLE")
@@ -133,8 +143,11 @@ class FakeSqlSession:
     def append_to(self, name: str, rows: int = 3, size_bytes: int = 100) -> None:
         """Someone else appends rows to a source: a new version."""
         table = self.tables[table_key(name)]
-        table.commit("WRITE", parameters={"mode": "Append"},
-                     metrics={"numOutputRows": str(rows), "numOutputBytes": str(size_bytes)})
+        table.commit(
+            "WRITE",
+            parameters={"mode": "Append"},
+            metrics={"numOutputRows": str(rows), "numOutputBytes": str(size_bytes)},
+        )
         table.size_bytes += size_bytes
 
     def delete_from(self, name: str, rows: int = 1) -> None:
@@ -181,8 +194,9 @@ class FakeSqlSession:
     def _table(self, name: str) -> FakeTable:
         table = self.tables.get(table_key(name))
         if table is None:
-            raise RuntimeError(f"[TABLE_OR_VIEW_NOT_FOUND] The table or view {name} "
-                               "cannot be found.")
+            raise RuntimeError(
+                f"[TABLE_OR_VIEW_NOT_FOUND] The table or view {name} cannot be found."
+            )
         return table
 
     def _answer(self, statement: str) -> List[Dict[str, Any]]:
@@ -197,16 +211,20 @@ class FakeSqlSession:
         match = re.match(r"^DESCRIBE HISTORY (\S+)(?: LIMIT (\d+))?$", statement)
         if match:
             history = list(reversed(self._table(match.group(1)).history))
-            return history[:int(match.group(2))] if match.group(2) else history
+            return history[: int(match.group(2))] if match.group(2) else history
         match = re.match(r"^DESCRIBE DETAIL (\S+)$", statement)
         if match:
             table = self._table(match.group(1))
-            return [{"id": table.table_id, "properties": dict(table.properties),
-                     "sizeInBytes": table.size_bytes}]
+            return [
+                {
+                    "id": table.table_id,
+                    "properties": dict(table.properties),
+                    "sizeInBytes": table.size_bytes,
+                }
+            ]
         match = re.match(r"^DESCRIBE TABLE (\S+)$", statement)
         if match:
-            return [{"col_name": n, "data_type": t}
-                    for n, t in self._table(match.group(1)).columns]
+            return [{"col_name": n, "data_type": t} for n, t in self._table(match.group(1)).columns]
         match = re.match(r"^DESCRIBE QUERY (.*)$", statement, re.S)
         if match:
             return [{"col_name": n, "data_type": t} for n, t in self._describe(match.group(1))]
@@ -214,8 +232,12 @@ class FakeSqlSession:
         if match:
             wanted = f"{table_key(match.group(1))}.{match.group(2).lower()}"
             return [{"tableName": match.group(2)}] if wanted in self.tables else []
-        match = re.match(r"^CREATE (OR REPLACE TABLE|TABLE IF NOT EXISTS) (\S+) \((.*?)\) "
-                         r"USING delta(?:.*TBLPROPERTIES \((.*)\))?$", statement, re.S)
+        match = re.match(
+            r"^CREATE (OR REPLACE TABLE|TABLE IF NOT EXISTS) (\S+) \((.*?)\) "
+            r"USING delta(?:.*TBLPROPERTIES \((.*)\))?$",
+            statement,
+            re.S,
+        )
         if match:
             self._create(*match.groups())
             return []
@@ -245,8 +267,9 @@ class FakeSqlSession:
         old = self.tables.get(key)
         if old is not None:  # CREATE OR REPLACE keeps the history and the idempotent-write ids
             table.history, table.txns = old.history, old.txns
-        table.commit("CREATE OR REPLACE TABLE" if old else "CREATE TABLE",
-                     self.conf.get(USER_METADATA))
+        table.commit(
+            "CREATE OR REPLACE TABLE" if old else "CREATE TABLE", self.conf.get(USER_METADATA)
+        )
         self.tables[key] = table
 
     def _write(self, name: str, operation: str, metrics: Dict[str, str]) -> None:
@@ -271,8 +294,10 @@ class FakeSqlSession:
         tree = sqlglot.parse_one(query, read="spark")
         while isinstance(tree, exp.SetOperation):
             tree = tree.this
-        return [(p.alias_or_name, self.column_types.get(p.alias_or_name, "bigint"))
-                for p in tree.expressions]
+        return [
+            (p.alias_or_name, self.column_types.get(p.alias_or_name, "bigint"))
+            for p in tree.expressions
+        ]
 
     def _select(self, statement: str) -> List[Dict[str, Any]]:
         a = self.answers

@@ -23,9 +23,11 @@ def condition(text: str) -> exp.Expression:
 
 
 def facts(text: str):
-    return [(column.sql(), side, expression.sql())
-            for part in conjuncts(condition(text))
-            for column, side, expression in range_facts(part, "r", "c")]
+    return [
+        (column.sql(), side, expression.sql())
+        for part in conjuncts(condition(text))
+        for column, side, expression in range_facts(part, "r", "c")
+    ]
 
 
 def test_conjuncts_flatten_and_and_parentheses():
@@ -35,15 +37,19 @@ def test_conjuncts_flatten_and_and_parentheses():
 
 
 def test_an_equality_bounds_both_ways_and_a_comparison_one_way():
-    assert facts("r.id = c.seller") == [("r.id", AT_LEAST, "c.seller"),
-                                        ("r.id", AT_MOST, "c.seller")]
+    assert facts("r.id = c.seller") == [
+        ("r.id", AT_LEAST, "c.seller"),
+        ("r.id", AT_MOST, "c.seller"),
+    ]
     assert facts("c.ts > r.ts") == [("r.ts", AT_MOST, "c.ts")]
     assert facts("r.ts >= c.start") == [("r.ts", AT_LEAST, "c.start")]
 
 
 def test_between_gives_a_lower_and_an_upper_bound():
     assert facts("r.ts BETWEEN c.start AND c.start + INTERVAL 1 HOUR") == [
-        ("r.ts", AT_LEAST, "c.start"), ("r.ts", AT_MOST, "c.start + INTERVAL '1' HOUR")]
+        ("r.ts", AT_LEAST, "c.start"),
+        ("r.ts", AT_MOST, "c.start + INTERVAL '1' HOUR"),
+    ]
 
 
 def test_no_bound_from_expressions_over_both_sides_aggregates_or_other_relations():
@@ -55,9 +61,11 @@ def test_no_bound_from_expressions_over_both_sides_aggregates_or_other_relations
 
 def test_extreme_of_is_a_scalar_min_or_max_over_the_change():
     assert extreme_of(sqlglot.parse_one("c.seller"), AT_LEAST, "__streamsql_delta_1__", "c") == (
-        "(SELECT MIN(c.seller) FROM __streamsql_delta_1__ AS c)")
+        "(SELECT MIN(c.seller) FROM __streamsql_delta_1__ AS c)"
+    )
     assert extreme_of(sqlglot.parse_one("c.seller"), AT_MOST, "__streamsql_delta_1__", "c") == (
-        "(SELECT MAX(c.seller) FROM __streamsql_delta_1__ AS c)")
+        "(SELECT MAX(c.seller) FROM __streamsql_delta_1__ AS c)"
+    )
 
 
 def context(first_step: bool = False) -> StepContext:
@@ -66,8 +74,10 @@ def context(first_step: bool = False) -> StepContext:
     return ctx
 
 
-BOUNDS = [KeyBound("__streamsql_bound_0__", "p.id", ">=", "(SELECT MIN(a.seller) FROM d a)"),
-          KeyBound("__streamsql_bound_1__", "p.id", "<=", "(SELECT MAX(a.seller) FROM d a)")]
+BOUNDS = [
+    KeyBound("__streamsql_bound_0__", "p.id", ">=", "(SELECT MIN(a.seller) FROM d a)"),
+    KeyBound("__streamsql_bound_1__", "p.id", "<=", "(SELECT MAX(a.seller) FROM d a)"),
+]
 
 
 def test_bound_placeholders_become_literal_predicates_in_one_query():
@@ -75,9 +85,12 @@ def test_bound_placeholders_become_literal_predicates_in_one_query():
     ctx.session.answers.bound = "42"
     bind_bounds(ctx, BOUNDS, "... __streamsql_bound_0__ AND __streamsql_bound_1__")
     assert ctx.bindings.bind("__streamsql_bound_0__ AND __streamsql_bound_1__") == (
-        "(p.id >= CAST('42' AS bigint)) AND (p.id <= CAST('42' AS bigint))")
-    assert [s.split(" ", 2)[:2] for s in ctx.session.statements] == [["DESCRIBE", "QUERY"],
-                                                                     ["SELECT", "CAST(v0"]]
+        "(p.id >= CAST('42' AS bigint)) AND (p.id <= CAST('42' AS bigint))"
+    )
+    assert [s.split(" ", 2)[:2] for s in ctx.session.statements] == [
+        ["DESCRIBE", "QUERY"],
+        ["SELECT", "CAST(v0"],
+    ]
 
 
 def test_a_first_step_and_unused_bounds_cost_no_query():
@@ -93,14 +106,21 @@ def test_a_first_step_and_unused_bounds_cost_no_query():
 def test_key_ranges_cover_the_changes_keys_and_nulls_of_orderable_columns_only():
     ctx = context()
     ctx.session.answers.bound = "7"
-    ranges, found = key_ranges(ctx, [Column("k", "bigint"), Column("tags", "array<string>")],
-                               "gd", "g", {"inserts": "SUM(1)"})
-    assert ranges == ["(((g.`k` >= CAST('7' AS bigint)) AND (g.`k` <= CAST('7' AS bigint))) "
-                      "OR g.`k` IS NULL)"]
+    ranges, found = key_ranges(
+        ctx,
+        [Column("k", "bigint"), Column("tags", "array<string>")],
+        "gd",
+        "g",
+        {"inserts": "SUM(1)"},
+    )
+    assert ranges == [
+        "(((g.`k` >= CAST('7' AS bigint)) AND (g.`k` <= CAST('7' AS bigint))) OR g.`k` IS NULL)"
+    ]
     assert found == {"inserts": 3}
     assert ctx.session.statements == [  # one query for the ranges and what else was asked
         "SELECT CAST(MIN(g.`k`) AS STRING) AS lo0, CAST(MAX(g.`k`) AS STRING) AS hi0, "
-        "SUM(1) AS inserts FROM gd AS g"]
+        "SUM(1) AS inserts FROM gd AS g"
+    ]
     first = context(first_step=True)
     assert key_ranges(first, [Column("k", "bigint")], "gd", "g") == ([], {})
     assert first.session.statements == []

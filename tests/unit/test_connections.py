@@ -13,11 +13,13 @@ from dbt.adapters.streamsql.embedded_spark import SessionSettings
 
 
 def test_server_side_parameters_become_hiveconf_session_settings():
-    assert thrift_session_configuration({
-        "spark.sql.shuffle.partitions": 1,
-        "set:hivevar:day": "2024-01-01",
-        "use:database": "demo",
-    }) == {
+    assert thrift_session_configuration(
+        {
+            "spark.sql.shuffle.partitions": 1,
+            "set:hivevar:day": "2024-01-01",
+            "use:database": "demo",
+        }
+    ) == {
         "set:hiveconf:spark.sql.shuffle.partitions": "1",
         "set:hivevar:day": "2024-01-01",
         "use:database": "demo",
@@ -74,8 +76,9 @@ def test_a_statement_finished_at_once_does_not_sleep(monkeypatch):
 def test_server_errors_and_cancellations_raise(monkeypatch):
     monkeypatch.setattr(connections.time, "sleep", lambda _: None)
     with pytest.raises(DbtDatabaseError, match="TABLE_OR_VIEW_NOT_FOUND"):
-        wrapper_with(FakeCursor(1, TOperationState.ERROR_STATE,
-                                "TABLE_OR_VIEW_NOT_FOUND x")).execute("SELECT * FROM x")
+        wrapper_with(
+            FakeCursor(1, TOperationState.ERROR_STATE, "TABLE_OR_VIEW_NOT_FOUND x")
+        ).execute("SELECT * FROM x")
     with pytest.raises(DbtDatabaseError, match="CANCELED_STATE"):
         wrapper_with(FakeCursor(0, TOperationState.CANCELED_STATE)).execute("SELECT 1")
 
@@ -86,26 +89,35 @@ def test_a_warehouse_dir_uri_is_refused_with_the_setting_to_use():
 
     from dbt.adapters.streamsql.connections import StreamSQLCredentials
 
-    credentials = StreamSQLCredentials(schema="s", method=SparkConnectionMethod.SESSION,
-                                       warehouse_dir="s3a://lake/warehouse")
+    credentials = StreamSQLCredentials(
+        schema="s", method=SparkConnectionMethod.SESSION, warehouse_dir="s3a://lake/warehouse"
+    )
     with pytest.raises(DbtRuntimeError, match="spark.sql.warehouse.dir: s3a://lake/warehouse"):
         credentials.resolved_warehouse_dir()
 
 
-@pytest.mark.parametrize("master, partitions", [
-    ("local[2]", "2"), ("local[8]", "8"), ("local", "1"), ("spark://master:7077", "4"),
-])
+@pytest.mark.parametrize(
+    "master, partitions",
+    [
+        ("local[2]", "2"),
+        ("local[8]", "8"),
+        ("local", "1"),
+        ("spark://master:7077", "4"),
+    ],
+)
 def test_embedded_session_has_a_shuffle_partition_per_local_core(master, partitions):
     conf = SessionSettings("/tmp/warehouse", master, {}, 600).spark_conf()
     assert conf["spark.sql.shuffle.partitions"] == partitions
     assert conf["spark.default.parallelism"] == partitions
-    overridden = SessionSettings("/tmp/warehouse", master, {"spark.sql.shuffle.partitions": "7"},
-                                 600).spark_conf()
+    overridden = SessionSettings(
+        "/tmp/warehouse", master, {"spark.sql.shuffle.partitions": "7"}, 600
+    ).spark_conf()
     assert overridden["spark.sql.shuffle.partitions"] == "7"
 
 
-def test_delta_jars_come_from_ivy_until_a_start_has_listed_the_files_it_resolved(tmp_path,
-                                                                                 monkeypatch):
+def test_delta_jars_come_from_ivy_until_a_start_has_listed_the_files_it_resolved(
+    tmp_path, monkeypatch
+):
     from dbt.adapters.streamsql import embedded_spark
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -129,8 +141,9 @@ def test_delta_jars_come_from_ivy_until_a_start_has_listed_the_files_it_resolved
     assert conf["spark.jars"] == listed and "spark.jars.packages" not in conf
 
     # the profile's own jars or packages win, and a listed file gone sends the start to Ivy
-    own = SessionSettings("/tmp/warehouse", "local[2]", {"spark.jars.packages": "a:b:1"},
-                          600).spark_conf()
+    own = SessionSettings(
+        "/tmp/warehouse", "local[2]", {"spark.jars.packages": "a:b:1"}, 600
+    ).spark_conf()
     assert own["spark.jars.packages"] == "a:b:1" and "spark.jars" not in own
     jars[1].unlink()
     conf = SessionSettings("/tmp/warehouse", "local[2]", {}, 600).spark_conf()

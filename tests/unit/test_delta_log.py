@@ -16,22 +16,36 @@ from dbt.adapters.streamsql.execution.delta_log import (
 from tests.unit.fake_sql_session import FakeSqlSession
 
 
-@pytest.mark.parametrize("commit, rows", [
-    (Commit(1, "WRITE", {"mode": "Append"}, {"numOutputRows": "7"}), (7, 0)),
-    (Commit(1, "STREAMING UPDATE", {"outputMode": "Append"}, {"numOutputRows": "2"}), (2, 0)),
-    (Commit(1, "WRITE", {"mode": "Overwrite"}, {"numOutputRows": "7"}), None),
-    (Commit(1, "WRITE", {"mode": "Append"}, {}), None),  # no metrics: cannot tell
-    (Commit(1, "DELETE", {}, {"numDeletedRows": "3"}), (3, 3)),
-    (Commit(1, "DELETE", {}, {"numRemovedFiles": "2"}), None),  # a whole-file delete
-    (Commit(1, "UPDATE", {}, {"numUpdatedRows": "2"}), (4, 2)),  # old and new rows
-    (Commit(1, "MERGE", {}, {"numTargetRowsInserted": "5", "numTargetRowsUpdated": "1",
-                             "numTargetRowsDeleted": "2"}), (9, 3)),
-    (Commit(1, "MERGE", {}, {"numTargetRowsInserted": "5"}), None),
-    (Commit(1, "OPTIMIZE", {}, {"numAddedFiles": "1"}), (0, 0)),
-    (Commit(1, "SET TBLPROPERTIES"), (0, 0)),
-    (Commit(1, "RESTORE", {}, {"numRestoredFiles": "1"}), None),
-    (Commit(1, "CREATE OR REPLACE TABLE AS SELECT", {}, {"numOutputRows": "1"}), None),
-])
+@pytest.mark.parametrize(
+    "commit, rows",
+    [
+        (Commit(1, "WRITE", {"mode": "Append"}, {"numOutputRows": "7"}), (7, 0)),
+        (Commit(1, "STREAMING UPDATE", {"outputMode": "Append"}, {"numOutputRows": "2"}), (2, 0)),
+        (Commit(1, "WRITE", {"mode": "Overwrite"}, {"numOutputRows": "7"}), None),
+        (Commit(1, "WRITE", {"mode": "Append"}, {}), None),  # no metrics: cannot tell
+        (Commit(1, "DELETE", {}, {"numDeletedRows": "3"}), (3, 3)),
+        (Commit(1, "DELETE", {}, {"numRemovedFiles": "2"}), None),  # a whole-file delete
+        (Commit(1, "UPDATE", {}, {"numUpdatedRows": "2"}), (4, 2)),  # old and new rows
+        (
+            Commit(
+                1,
+                "MERGE",
+                {},
+                {
+                    "numTargetRowsInserted": "5",
+                    "numTargetRowsUpdated": "1",
+                    "numTargetRowsDeleted": "2",
+                },
+            ),
+            (9, 3),
+        ),
+        (Commit(1, "MERGE", {}, {"numTargetRowsInserted": "5"}), None),
+        (Commit(1, "OPTIMIZE", {}, {"numAddedFiles": "1"}), (0, 0)),
+        (Commit(1, "SET TBLPROPERTIES"), (0, 0)),
+        (Commit(1, "RESTORE", {}, {"numRestoredFiles": "1"}), None),
+        (Commit(1, "CREATE OR REPLACE TABLE AS SELECT", {}, {"numOutputRows": "1"}), None),
+    ],
+)
 def test_change_rows_are_only_what_the_commit_info_says_for_certain(commit, rows):
     assert commit.change_rows == rows
 

@@ -37,30 +37,50 @@ def window_session():
 
 
 def checkpoint(session, label: str, start: int = 0) -> str:
-    (found,) = [s for s in session.statements[start:]
-                if CHECKPOINT.match(s) and CHECKPOINT.match(s).group(1) == label]
+    (found,) = [
+        s
+        for s in session.statements[start:]
+        if CHECKPOINT.match(s) and CHECKPOINT.match(s).group(1) == label
+    ]
     return found
 
 
 def view(session, label: str, start: int = 0) -> str:
-    (found,) = [s for s in session.statements[start:]
-                if s.startswith("CREATE OR REPLACE TEMPORARY VIEW") and f"_{label} AS" in s]
+    (found,) = [
+        s
+        for s in session.statements[start:]
+        if s.startswith("CREATE OR REPLACE TEMPORARY VIEW") and f"_{label} AS" in s
+    ]
     return found
 
 
 # -- refusals: before anything is written --------------------------------------------------------
 
-@pytest.mark.parametrize("query, configs, sources, message", [
-    (LINEAR, {"lateness": {"v10": "10"}}, None,
-     "it is not an aggregate (its plan is linear)"),
-    (AGGREGATE, {}, None, "the model declares no lateness. Add lateness on one of its "
-                          "group's columns (k)"),
-    (AGGREGATE, {"lateness": {"total": "10"}}, None,
-     "needs every lateness column to be decided by the model's group, but total is not"),
-    (LATE_WINDOW, {"lateness": {"ws": "INTERVAL 1 HOUR"},
-                   "watermark": {"ws": "INTERVAL 10 MINUTES"}}, ("demo.events", EVENTS),
-     "cannot be combined with watermark"),
-])
+
+@pytest.mark.parametrize(
+    "query, configs, sources, message",
+    [
+        (LINEAR, {"lateness": {"v10": "10"}}, None, "it is not an aggregate (its plan is linear)"),
+        (
+            AGGREGATE,
+            {},
+            None,
+            "the model declares no lateness. Add lateness on one of its group's columns (k)",
+        ),
+        (
+            AGGREGATE,
+            {"lateness": {"total": "10"}},
+            None,
+            "needs every lateness column to be decided by the model's group, but total is not",
+        ),
+        (
+            LATE_WINDOW,
+            {"lateness": {"ws": "INTERVAL 1 HOUR"}, "watermark": {"ws": "INTERVAL 10 MINUTES"}},
+            ("demo.events", EVENTS),
+            "cannot be combined with watermark",
+        ),
+    ],
+)
 def test_emit_final_is_refused_where_it_cannot_apply(query, configs, sources, message):
     session = new_session(sources) if sources else new_session()
     session.column_types["ws"] = "timestamp"
@@ -79,8 +99,9 @@ def test_emit_final_cannot_be_switched_on_or_off_without_a_full_refresh():
     plain = model("f", lateness={"ws": "INTERVAL 1 HOUR"})
     with pytest.raises(StepError, match="no longer declares emit_final.*--full-refresh"):
         run_step(session, plain, LATE_WINDOW)
-    rebuilt = run_step(session, model("f", lateness={"ws": "INTERVAL 1 HOUR"},
-                                      full_refresh=True), LATE_WINDOW)
+    rebuilt = run_step(
+        session, model("f", lateness={"ws": "INTERVAL 1 HOUR"}, full_refresh=True), LATE_WINDOW
+    )
     assert rebuilt.step == 1 and rebuilt.plan == "aggregate"
 
 
@@ -89,6 +110,7 @@ def test_emit_final_is_a_config_incremental_view_obeys():
 
 
 # -- the steps -----------------------------------------------------------------------------------
+
 
 def test_a_first_step_emits_the_groups_below_the_waterline_as_inserts():
     session = window_session()
@@ -99,11 +121,20 @@ def test_a_first_step_emits_the_groups_below_the_waterline_as_inserts():
     assert record.emit_final and record.plan == "aggregate, emit final"
     steps = roles(session)
     # the aggregate's change is judged (quarantine, waterline) before the final groups are read
-    order = [steps.index(r) for r in ("materialize net", "materialize classified",
-                                      "view final_before", "view final_new",
-                                      "view final_after", "materialize final",
-                                      "insert demo.f", "insert demo.f__waterline",
-                                      "insert demo.f__streamsql_state")]
+    order = [
+        steps.index(r)
+        for r in (
+            "materialize net",
+            "materialize classified",
+            "view final_before",
+            "view final_new",
+            "view final_after",
+            "materialize final",
+            "insert demo.f",
+            "insert demo.f__waterline",
+            "insert demo.f__streamsql_state",
+        )
+    ]
     assert order == sorted(order)
     assert "merge demo.f" not in steps
     final_new = view(session, "final_new")
@@ -138,8 +169,9 @@ def test_a_later_step_emits_only_the_band_between_the_two_waterlines():
 def test_no_waterline_yet_emits_nothing():
     session = window_session()
     session.answers.waterline, session.answers.inserts = None, 0
-    result = run_step(session, model("f", lateness={"ws": "INTERVAL 1 HOUR"}, emit_final=True),
-                      LATE_WINDOW)
+    result = run_step(
+        session, model("f", lateness={"ws": "INTERVAL 1 HOUR"}, emit_final=True), LATE_WINDOW
+    )
     assert result.waterline == {"ws": None}
     steps = roles(session)
     assert "view final_before" not in steps and "insert demo.f" not in steps
@@ -149,8 +181,12 @@ def test_no_waterline_yet_emits_nothing():
 
 # -- the predicates --------------------------------------------------------------------------
 
-RULES = late.lateness_rules("m", [Column("ws", "timestamp"), Column("b", "bigint")],
-                            {"ws": "INTERVAL 1 HOUR", "b": "10"}, {})
+RULES = late.lateness_rules(
+    "m",
+    [Column("ws", "timestamp"), Column("b", "bigint")],
+    {"ws": "INTERVAL 1 HOUR", "b": "10"},
+    {},
+)
 FINAL = [(RULES[0], "g.a"), (RULES[1], "g.b")]
 
 
@@ -158,14 +194,16 @@ def test_newly_final_with_several_columns_needs_all_non_null_one_below_now_none_
     condition = emit.newly_final(FINAL, {"ws": WS, "b": "90"}, {"ws": None, "b": "80"})
     assert condition == (
         f"(g.a) IS NOT NULL AND (g.b) IS NOT NULL AND ((g.a) < CAST('{WS}' AS timestamp) OR "
-        "(g.b) < CAST('90' AS bigint)) AND (g.b) >= CAST('80' AS bigint)")
+        "(g.b) < CAST('90' AS bigint)) AND (g.b) >= CAST('80' AS bigint)"
+    )
     sqlglot.parse_one(f"SELECT 1 FROM t AS g WHERE {condition}", read="spark")
     assert emit.newly_final(FINAL, {"ws": None, "b": None}, {}) is None
 
 
 def test_not_final_is_what_a_model_without_emit_final_holds_and_this_one_not_yet():
     assert emit.not_final(FINAL, {"ws": WS, "b": None}) == (
-        f"(g.a) IS NOT NULL AND (g.b) IS NOT NULL AND (g.a) >= CAST('{WS}' AS timestamp)")
+        f"(g.a) IS NOT NULL AND (g.b) IS NOT NULL AND (g.a) >= CAST('{WS}' AS timestamp)"
+    )
 
 
 def test_a_recovery_subtracts_the_groups_not_final_yet_and_emits_from_the_rebuilt_state():
@@ -184,8 +222,10 @@ def test_a_recovery_subtracts_the_groups_not_final_yet_and_emits_from_the_rebuil
     # after step 1: lateness value not NULL and at or above W(1)), from the state of step 1
     net = checkpoint(session, "net", start)
     group = "(_streamsql_grp._streamsql_g1.start)"
-    assert (f"{group} IS NOT NULL AND {group} >= CAST('{WS}' AS timestamp)" in net
-            and "CAST(-1 AS BIGINT) AS _streamsql_weight" in net)
+    assert (
+        f"{group} IS NOT NULL AND {group} >= CAST('{WS}' AS timestamp)" in net
+        and "CAST(-1 AS BIGINT) AS _streamsql_weight" in net
+    )
     # the final groups come from the rebuilt state (every group, as of now)
     final_new = view(session, "final_new", start)
     assert "_re_rebuilt" in final_new
@@ -199,5 +239,4 @@ def test_explain_names_the_emit_final_plan_and_a_refusal():
     text = explain_model(session, settings, LATE_WINDOW)
     assert "Plan: aggregate, emit final (emit_final: the model holds only final groups" in text
     refused = explain_model(session, model("f", emit_final=True), LATE_WINDOW)
-    assert "fails before it reads anything: Model f: config emit_final needs lateness" \
-        in refused
+    assert "fails before it reads anything: Model f: config emit_final needs lateness" in refused

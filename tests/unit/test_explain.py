@@ -26,8 +26,9 @@ from dbt.adapters.streamsql.execution.watermark import WatermarkRule
 from dbt.adapters.streamsql.planning.plan import Column, InputTable, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step
 
-EVENTS = InputTable("s.events", (Column("id", "bigint"), Column("ts", "timestamp"),
-                                 Column("v", "int")))
+EVENTS = InputTable(
+    "s.events", (Column("id", "bigint"), Column("ts", "timestamp"), Column("v", "int"))
+)
 KEYS = InputTable("s.keys", (Column("id", "bigint"), Column("name", "string")))
 TS = Column("ts", "timestamp")
 NO_RULES = EventTimeRules([], [])
@@ -45,18 +46,32 @@ def record(step: int = 3, **fields) -> StepRecord:
     return StepRecord(step=step, run_id="r", sql_fingerprint="f", **fields)
 
 
-def explanation(step_plan: StepPlan, rules: EventTimeRules = NO_RULES,
-                last: Optional[StepRecord] = None, **fields) -> Explanation:
-    return Explanation(model(), step_plan, rules, merge_key(step_plan, rules.columns),
-                       fields.pop("inputs", [InputReading("s.events", 7, None)]), "f",
-                       last=last, **fields)
+def explanation(
+    step_plan: StepPlan,
+    rules: EventTimeRules = NO_RULES,
+    last: Optional[StepRecord] = None,
+    **fields,
+) -> Explanation:
+    return Explanation(
+        model(),
+        step_plan,
+        rules,
+        merge_key(step_plan, rules.columns),
+        fields.pop("inputs", [InputReading("s.events", 7, None)]),
+        "f",
+        last=last,
+        **fields,
+    )
 
 
 LINEAR = "select id, ts, v from s.events where v > 0"
-AGGREGATE = ("select date_trunc('hour', ts) as hour, count(*) as n, max(v) as top "
-             "from s.events group by 1")
-STAGED = ("select k.name, t.n from s.keys k "
-          "join (select id, count(*) as n from s.events group by id) t on k.id = t.id")
+AGGREGATE = (
+    "select date_trunc('hour', ts) as hour, count(*) as n, max(v) as top from s.events group by 1"
+)
+STAGED = (
+    "select k.name, t.n from s.keys k "
+    "join (select id, count(*) as n from s.events group by id) t on k.id = t.id"
+)
 TOP_3 = "select id, v from s.events order by v desc limit 3"
 
 
@@ -92,33 +107,48 @@ def test_recompute_plan_says_what_forces_it_and_how_to_avoid_it():
 
 
 def test_split_reason_separates_shape_and_notes():
-    assert split_reason("group by (count(*), max); min/max recompute a group after a deletion") \
-        == ("group by (count(*), max)", ["min/max recompute a group after a deletion"])
+    assert split_reason("group by (count(*), max); min/max recompute a group after a deletion") == (
+        "group by (count(*), max)",
+        ["min/max recompute a group after a deletion"],
+    )
     assert split_reason("projection") == ("projection", [])
 
 
-@pytest.mark.parametrize("why, advice", [
-    ("window function row_number() without PARTITION BY is not maintained incrementally",
-     "partition the window"),
-    ("window function lag() is not maintained incrementally", "only ROW_NUMBER, RANK"),
-    ("LIMIT is not maintained incrementally", "top rows per partition"),
-    ("OFFSET is not maintained incrementally", "top rows per partition"),
-    ("NOT IN (subquery) over several columns is not maintained incrementally", "NOT EXISTS"),
-    ("correlated NOT IN (subquery) is not maintained incrementally", "NOT EXISTS"),
-    ("FULL OUTER JOIN without an equality between its two sides is not maintained "
-     "incrementally", "add an equality"),
-    ("EXISTS other than a condition ANDed into a WHERE clause (under OR, NOT, CASE, in a "
-     "projection or join condition) is not maintained incrementally", "AND the condition"),
-    ("scalar subquery is not maintained incrementally", "join the subquery"),
-    ("nondeterministic function rand() is not maintained incrementally", "outside the model"),
-    ("user-defined function my_udf() may be nondeterministic or an aggregate", "built-in"),
-    ("INTERSECT is not maintained incrementally", "NOT EXISTS"),
-    ("GROUP BY ALL is not maintained incrementally", "list the GROUP BY"),
-    ("session_window() merges rows across changes and is not maintained incrementally",
-     "window()"),
-    ("the query reads no input", "reads no table"),
-    ("something new", "docs/sql-support.md"),
-])
+@pytest.mark.parametrize(
+    "why, advice",
+    [
+        (
+            "window function row_number() without PARTITION BY is not maintained incrementally",
+            "partition the window",
+        ),
+        ("window function lag() is not maintained incrementally", "only ROW_NUMBER, RANK"),
+        ("LIMIT is not maintained incrementally", "top rows per partition"),
+        ("OFFSET is not maintained incrementally", "top rows per partition"),
+        ("NOT IN (subquery) over several columns is not maintained incrementally", "NOT EXISTS"),
+        ("correlated NOT IN (subquery) is not maintained incrementally", "NOT EXISTS"),
+        (
+            "FULL OUTER JOIN without an equality between its two sides is not maintained "
+            "incrementally",
+            "add an equality",
+        ),
+        (
+            "EXISTS other than a condition ANDed into a WHERE clause (under OR, NOT, CASE, in a "
+            "projection or join condition) is not maintained incrementally",
+            "AND the condition",
+        ),
+        ("scalar subquery is not maintained incrementally", "join the subquery"),
+        ("nondeterministic function rand() is not maintained incrementally", "outside the model"),
+        ("user-defined function my_udf() may be nondeterministic or an aggregate", "built-in"),
+        ("INTERSECT is not maintained incrementally", "NOT EXISTS"),
+        ("GROUP BY ALL is not maintained incrementally", "list the GROUP BY"),
+        (
+            "session_window() merges rows across changes and is not maintained incrementally",
+            "window()",
+        ),
+        ("the query reads no input", "reads no table"),
+        ("something new", "docs/sql-support.md"),
+    ],
+)
 def test_avoid_recompute_names_a_rewrite_per_construct(why, advice):
     assert advice in avoid_recompute(why)
 
@@ -126,12 +156,15 @@ def test_avoid_recompute_names_a_rewrite_per_construct(why, advice):
 def test_merge_key_of_an_aggregate_naming_its_groups():
     grouped = plan(AGGREGATE, "hour timestamp", "n bigint", "top int")
     assert merge_key_text(grouped, NO_RULES, merge_key(grouped, [])).startswith(
-        "(hour): a changed group's row is updated in place")
+        "(hour): a changed group's row is updated in place"
+    )
     # A LATENESS column outside the key: rows are matched whole.
     rules = EventTimeRules([LatenessRule(Column("top", "int"), "10")], [])
     text = merge_key_text(grouped, rules, merge_key(grouped, rules.columns))
-    assert text.startswith("none: the output names its groups by (hour), but the "
-                           "LATENESS/WATERMARK column(s) top are not among them")
+    assert text.startswith(
+        "none: the output names its groups by (hour), but the "
+        "LATENESS/WATERMARK column(s) top are not among them"
+    )
 
 
 def test_merge_key_of_a_linear_model_and_a_global_aggregate():
@@ -139,29 +172,42 @@ def test_merge_key_of_a_linear_model_and_a_global_aggregate():
     assert merge_key_text(linear, NO_RULES, None).startswith("none: a step that only adds rows")
     total = plan("select count(*) as n from s.events", "n bigint")
     assert merge_key_text(total, NO_RULES, merge_key(total, [])).startswith(
-        "the one row of a global aggregate")
+        "the one row of a global aggregate"
+    )
 
 
 def test_input_versions_against_the_last_step():
     last = record(step=4)
-    assert input_text(InputReading("s.events", 9, 6), last) == \
-        "step 4 read version 6; the next step reads 7..9 (3 commits)"
-    assert input_text(InputReading("s.events", 6, 6), last) == \
-        "step 4 read version 6; unchanged since"
-    assert input_text(InputReading("s.events", 2, None), None) == \
-        "not read yet; the next step reads version 2 in full"
+    assert (
+        input_text(InputReading("s.events", 9, 6), last)
+        == "step 4 read version 6; the next step reads 7..9 (3 commits)"
+    )
+    assert (
+        input_text(InputReading("s.events", 6, 6), last) == "step 4 read version 6; unchanged since"
+    )
+    assert (
+        input_text(InputReading("s.events", 2, None), None)
+        == "not read yet; the next step reads version 2 in full"
+    )
 
 
 def test_whole_text_with_lateness_watermark_and_a_last_step():
     linear = plan(LINEAR, "id bigint", "ts timestamp", "v int")
-    rules = EventTimeRules([LatenessRule(TS, "INTERVAL 1 HOUR", "INTERVAL 1 DAY")],
-                           [WatermarkRule(TS, "INTERVAL 10 MINUTES")])
-    last = record(step=3, input_versions={"s.events": 5}, plan="linear",
-                  waterline={"ts": "2024-01-01 10:00:00"},
-                  max_seen={"ts": "2024-01-01 11:00:00"},
-                  watermark_seen={"ts": "2024-01-01 11:05:00"})
-    text = format_explanation(explanation(linear, rules, last, held=4,
-                                          inputs=[InputReading("s.events", 7, 5)]))
+    rules = EventTimeRules(
+        [LatenessRule(TS, "INTERVAL 1 HOUR", "INTERVAL 1 DAY")],
+        [WatermarkRule(TS, "INTERVAL 10 MINUTES")],
+    )
+    last = record(
+        step=3,
+        input_versions={"s.events": 5},
+        plan="linear",
+        waterline={"ts": "2024-01-01 10:00:00"},
+        max_seen={"ts": "2024-01-01 11:00:00"},
+        watermark_seen={"ts": "2024-01-01 11:05:00"},
+    )
+    text = format_explanation(
+        explanation(linear, rules, last, held=4, inputs=[InputReading("s.events", 7, 5)])
+    )
     assert text.splitlines()[0] == "streamsql_explain: m (s.m)"
     for expected in [
         "  s.m__late       LATENESS quarantine: late, NULL and future changes",
@@ -179,12 +225,14 @@ def test_whole_text_with_lateness_watermark_and_a_last_step():
 
 def test_next_step_not_run_yet_unchanged_and_failing():
     linear = plan(LINEAR, "id bigint", "ts timestamp", "v int")
-    assert "not run yet: the first `dbt run` creates" in format_explanation(
-        explanation(linear))
-    unchanged = explanation(linear, last=record(step=2, input_versions={"s.events": 7}),
-                            inputs=[InputReading("s.events", 7, 7)])
-    assert "no input changed since step 2: the next run is not a step" in \
-        format_explanation(unchanged)
+    assert "not run yet: the first `dbt run` creates" in format_explanation(explanation(linear))
+    unchanged = explanation(
+        linear,
+        last=record(step=2, input_versions={"s.events": 7}),
+        inputs=[InputReading("s.events", 7, 7)],
+    )
+    assert "no input changed since step 2: the next run is not a step" in format_explanation(
+        unchanged
+    )
     failing = explanation(linear, last=record(step=2), problem="Model m: its SQL changed")
-    assert "fails before it reads anything: Model m: its SQL changed" in \
-        format_explanation(failing)
+    assert "fails before it reads anything: Model m: its SQL changed" in format_explanation(failing)

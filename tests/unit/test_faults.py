@@ -34,9 +34,13 @@ def fault(commits, before=3, now=6, recorded="id-1", current="id-1"):
 
 # -- detection on commit lists ----------------------------------------------------------------
 
+
 def test_appends_deletes_optimize_and_added_columns_are_read_as_a_change_feed():
-    commits = [write(4), Commit(5, "OPTIMIZE"), Commit(6, "ADD COLUMNS",
-                                                       {"columns": '[{"column":{"name":"c"}}]'})]
+    commits = [
+        write(4),
+        Commit(5, "OPTIMIZE"),
+        Commit(6, "ADD COLUMNS", {"columns": '[{"column":{"name":"c"}}]'}),
+    ]
     assert fault(commits) is None
     assert fault([], before=6, now=6) is None  # nothing new
     assert fault([], before=None, now=6, recorded=None) is None  # a first read
@@ -58,18 +62,29 @@ def test_missing_commits_are_history_the_log_retention_removed():
     assert "versions 4 to 6" in found.describe()
 
 
-@pytest.mark.parametrize("commit, words", [
-    (Commit(5, "CREATE OR REPLACE TABLE"), "replaced at version 5"),
-    (Commit(5, "RESTORE"), "replaced at version 5"),
-    (Commit(5, "SET TBLPROPERTIES", {"properties": '{"delta.enableChangeDataFeed":"false"}'}),
-     "change data feed turned off at version 5"),
-    (Commit(5, "UNSET TBLPROPERTIES", {"properties": '["delta.enableChangeDataFeed"]'}),
-     "change data feed turned off at version 5"),
-    (Commit(5, "SET TBLPROPERTIES", {"properties": '{"delta.columnMapping.mode":"name"}'}),
-     "column mapping"),
-    (Commit(5, "DROP COLUMNS", {"columns": '["v"]'}), "dropped columns at version 5"),
-    (Commit(5, "RENAME COLUMN"), "renamed a column at version 5"),
-])
+@pytest.mark.parametrize(
+    "commit, words",
+    [
+        (Commit(5, "CREATE OR REPLACE TABLE"), "replaced at version 5"),
+        (Commit(5, "RESTORE"), "replaced at version 5"),
+        (
+            Commit(
+                5, "SET TBLPROPERTIES", {"properties": '{"delta.enableChangeDataFeed":"false"}'}
+            ),
+            "change data feed turned off at version 5",
+        ),
+        (
+            Commit(5, "UNSET TBLPROPERTIES", {"properties": '["delta.enableChangeDataFeed"]'}),
+            "change data feed turned off at version 5",
+        ),
+        (
+            Commit(5, "SET TBLPROPERTIES", {"properties": '{"delta.columnMapping.mode":"name"}'}),
+            "column mapping",
+        ),
+        (Commit(5, "DROP COLUMNS", {"columns": '["v"]'}), "dropped columns at version 5"),
+        (Commit(5, "RENAME COLUMN"), "renamed a column at version 5"),
+    ],
+)
 def test_commits_a_change_feed_cannot_be_read_across(commit, words):
     found = fault([write(4), commit, write(6)])
     assert words in found.reason and not found.vacuum
@@ -88,8 +103,11 @@ def test_a_vacuum_that_deleted_files_may_have_taken_the_change_feed():
     end = Commit(5, "VACUUM END", {"status": "COMPLETED"}, {"numDeletedFiles": "2"})
     found = fault([start, end, write(6)])
     assert found.vacuum and "vacuumed at version 4" in found.reason
-    nothing = [Commit(4, "VACUUM START", {}, {"numFilesToDelete": "0"}),
-               Commit(5, "VACUUM END", {}, {"numDeletedFiles": "0"}), write(6)]
+    nothing = [
+        Commit(4, "VACUUM START", {}, {"numFilesToDelete": "0"}),
+        Commit(5, "VACUUM END", {}, {"numDeletedFiles": "0"}),
+        write(6),
+    ]
     assert fault(nothing) is None
     # a definite fault wins over a VACUUM's possible one
     replaced = fault([start, Commit(5, "CREATE OR REPLACE TABLE"), write(6)])
@@ -101,20 +119,25 @@ def test_same_tables_compares_the_recorded_ids():
     assert recovery.same_tables(None, [item])
     assert recovery.same_tables(StepRecord(1, "r", "f"), [item])  # no ids recorded
     assert recovery.same_tables(StepRecord(1, "r", "f", input_ids={"demo.src": "id-2"}), [item])
-    assert not recovery.same_tables(StepRecord(1, "r", "f", input_ids={"demo.src": "id-1"}),
-                                    [item])
+    assert not recovery.same_tables(StepRecord(1, "r", "f", input_ids={"demo.src": "id-1"}), [item])
 
 
-@pytest.mark.parametrize("query, found", [
-    ("select id, k from demo.src", None),
-    ("select id, current_timestamp() as at from demo.src", "current_timestamp()"),
-    ("select id, now() as at from demo.src", "now()"),
-    ("select id from demo.src where rand() < 0.5", "rand()"),
-    ("select id, uuid() as u from demo.src", "uuid()"),
-    ("select id, unix_timestamp() as t from demo.src", "unix_timestamp()"),
-    ("select id, unix_timestamp(ts) as t from demo.src", None),
-    ("select monotonically_increasing_id() as m from demo.src", "monotonically_increasing_id()"),
-])
+@pytest.mark.parametrize(
+    "query, found",
+    [
+        ("select id, k from demo.src", None),
+        ("select id, current_timestamp() as at from demo.src", "current_timestamp()"),
+        ("select id, now() as at from demo.src", "now()"),
+        ("select id from demo.src where rand() < 0.5", "rand()"),
+        ("select id, uuid() as u from demo.src", "uuid()"),
+        ("select id, unix_timestamp() as t from demo.src", "unix_timestamp()"),
+        ("select id, unix_timestamp(ts) as t from demo.src", None),
+        (
+            "select monotonically_increasing_id() as m from demo.src",
+            "monotonically_increasing_id()",
+        ),
+    ],
+)
 def test_a_query_whose_value_depends_on_when_it_runs_is_named(query, found):
     assert recovery.nondeterministic(query) == found
 
@@ -127,19 +150,30 @@ def test_a_star_inside_an_expression_reads_every_column():
 
 
 def test_lost_history_is_told_from_sparks_messages():
-    assert recovery.lost_history(RuntimeError(
-        "[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file x"))
+    assert recovery.lost_history(
+        RuntimeError("[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file x")
+    )
     assert recovery.lost_history(RuntimeError("[DELTA_MISSING_CHANGE_DATA] Error getting ..."))
     assert not recovery.lost_history(RuntimeError("[UNRESOLVED_COLUMN] c"))
 
 
 # -- the retention guard ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, seconds", [
-    ("interval 7 days", 7 * 86400), ("interval 1 week", 7 * 86400), ("1 hour", 3600),
-    ("INTERVAL 30 DAYS", 30 * 86400), ("interval 2 hours 30 minutes", 9000),
-    ("interval 0 seconds", 0), ("interval 3 months", None), ("soon", None), (None, None),
-])
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("interval 7 days", 7 * 86400),
+        ("interval 1 week", 7 * 86400),
+        ("1 hour", 3600),
+        ("INTERVAL 30 DAYS", 30 * 86400),
+        ("interval 2 hours 30 minutes", 9000),
+        ("interval 0 seconds", 0),
+        ("interval 3 months", None),
+        ("soon", None),
+        (None, None),
+    ],
+)
 def test_delta_intervals_are_read_in_seconds(text, seconds):
     assert retention.interval_seconds(text) == seconds
 
@@ -151,7 +185,8 @@ def test_a_short_retention_warns_with_the_date_the_next_step_must_run_by():
     assert notes == [
         "retention: demo.src keeps 1 hour of history (delta.deletedFileRetentionDuration): run "
         "the next step before 2024-05-01 13:00 UTC, or it may have to recompute the model from "
-        "its inputs"]
+        "its inputs"
+    ]
     # Delta's defaults (30 and 7 days) only warn a model that runs less than every 3.5 days
     assert retention.retention_notes([("demo.other", {})], now, now - 86400) == []
     weekly = retention.retention_notes([("demo.other", {})], now, now - 5 * 86400)
@@ -163,14 +198,35 @@ def test_a_short_retention_warns_with_the_date_the_next_step_must_run_by():
 # -- configs ----------------------------------------------------------------------------------
 
 DBT_DEFAULTS = {
-    "enabled": True, "alias": None, "schema": None, "database": None, "tags": [], "meta": {},
-    "group": None, "materialized": "incremental_view", "incremental_strategy": None,
-    "batch_size": None, "lookback": 1, "begin": None, "persist_docs": {}, "post-hook": [],
-    "pre-hook": [], "quoting": {}, "column_types": {}, "full_refresh": None, "unique_key": None,
-    "on_schema_change": "ignore", "on_configuration_change": "apply", "grants": {},
-    "packages": [], "docs": {"show": True, "node_color": None},
-    "contract": {"enforced": False, "alias_types": True}, "event_time": None,
-    "concurrent_batches": None, "access": "protected", "file_format": "delta",
+    "enabled": True,
+    "alias": None,
+    "schema": None,
+    "database": None,
+    "tags": [],
+    "meta": {},
+    "group": None,
+    "materialized": "incremental_view",
+    "incremental_strategy": None,
+    "batch_size": None,
+    "lookback": 1,
+    "begin": None,
+    "persist_docs": {},
+    "post-hook": [],
+    "pre-hook": [],
+    "quoting": {},
+    "column_types": {},
+    "full_refresh": None,
+    "unique_key": None,
+    "on_schema_change": "ignore",
+    "on_configuration_change": "apply",
+    "grants": {},
+    "packages": [],
+    "docs": {"show": True, "node_color": None},
+    "contract": {"enforced": False, "alias_types": True},
+    "event_time": None,
+    "concurrent_batches": None,
+    "access": "protected",
+    "file_format": "delta",
     "lateness": {"ts": "INTERVAL 1 HOUR"},
 }
 
@@ -187,13 +243,16 @@ def test_an_unknown_config_key_is_named_with_the_nearest_known_one():
     assert "'owner_team'" in other and "Did you mean" not in other
 
 
-@pytest.mark.parametrize("key, value, instead", [
-    ("incremental_strategy", "merge", "remove it"),
-    ("clustered_by", ["k"], "liquid_clustered_by"),
-    ("grants", {"select": ["bi"]}, "post-hook"),
-    ("contract", {"enforced": True}, "dbt tests"),
-    ("file_format", "parquet", "always Delta"),
-])
+@pytest.mark.parametrize(
+    "key, value, instead",
+    [
+        ("incremental_strategy", "merge", "remove it"),
+        ("clustered_by", ["k"], "liquid_clustered_by"),
+        ("grants", {"select": ["bi"]}, "post-hook"),
+        ("contract", {"enforced": True}, "dbt tests"),
+        ("file_format", "parquet", "always Delta"),
+    ],
+)
 def test_a_dbt_config_incremental_view_does_not_apply_is_named_when_set(key, value, instead):
     (warning,) = configs.config_warnings("m", {**DBT_DEFAULTS, key: value})
     assert f"config {key}" in warning and instead in warning
@@ -201,17 +260,21 @@ def test_a_dbt_config_incremental_view_does_not_apply_is_named_when_set(key, val
 
 def test_on_schema_change_and_unique_key_are_read_and_checked():
     assert configs.model_options("m", {}) == ("ignore", ())
-    assert configs.model_options("m", {"on_schema_change": "Append_New_Columns",
-                                       "unique_key": "id"}) == ("append_new_columns", ("id",))
+    assert configs.model_options(
+        "m", {"on_schema_change": "Append_New_Columns", "unique_key": "id"}
+    ) == ("append_new_columns", ("id",))
     assert configs.model_options("m", {"unique_key": ["id", "day"]})[1] == ("id", "day")
-    with pytest.raises(StepError, match="on_schema_change = 'add'.*ignore, fail, "
-                                        "append_new_columns, sync_all_columns"):
+    with pytest.raises(
+        StepError,
+        match="on_schema_change = 'add'.*ignore, fail, append_new_columns, sync_all_columns",
+    ):
         configs.model_options("m", {"on_schema_change": "add"})
     with pytest.raises(StepError, match="unique_key = 3 is not a column name"):
         configs.model_options("m", {"unique_key": 3})
 
 
 # -- schema changes ---------------------------------------------------------------------------
+
 
 def context(**settings) -> StepContext:
     return StepContext(FakeSqlSession(), ModelSettings("m", "demo", "m", **settings))
@@ -223,8 +286,13 @@ def record_with(columns) -> StepRecord:
 
 TABLE = [("id", "bigint"), ("v", "bigint")]
 WIDER = [Column("id", "bigint"), Column("v", "bigint"), Column("c", "int")]
-READ = [InputState(InputTable("demo.src", (Column("id", "bigint"), Column("v", "bigint"),
-                                           Column("c", "int"))), "`demo`.`src`", 5)]
+READ = [
+    InputState(
+        InputTable("demo.src", (Column("id", "bigint"), Column("v", "bigint"), Column("c", "int"))),
+        "`demo`.`src`",
+        5,
+    )
+]
 
 
 def test_the_same_columns_change_nothing():
@@ -235,8 +303,12 @@ def test_the_same_columns_change_nothing():
 
 def test_a_changed_type_is_refused_naming_the_column_both_types_and_the_fix():
     with pytest.raises(StepError) as refused:
-        schema.check(context(on_schema_change="sync_all_columns"), record_with(TABLE),
-                     [Column("id", "bigint"), Column("v", "string")], READ)
+        schema.check(
+            context(on_schema_change="sync_all_columns"),
+            record_with(TABLE),
+            [Column("id", "bigint"), Column("v", "string")],
+            READ,
+        )
     message = str(refused.value)
     assert "Model m: column v is string" in message and "but bigint in its table" in message
     assert "from demo.src" in message and "--full-refresh --select m" in message
@@ -261,12 +333,15 @@ def test_ignore_writes_the_models_columns_and_the_others_the_querys():
 
 
 def test_columns_added_by_an_input_are_read_from_its_commits():
-    commits = [write(4), Commit(5, "ADD COLUMNS", {"columns": '[{"column":{"name":"C",'
-                                                             '"type":"integer"}}]'})]
+    commits = [
+        write(4),
+        Commit(5, "ADD COLUMNS", {"columns": '[{"column":{"name":"C","type":"integer"}}]'}),
+    ]
     assert schema.added_by_inputs(commits) == ["c"]
 
 
 # -- unique_key -------------------------------------------------------------------------------
+
 
 def test_unique_key_must_name_output_columns_and_cover_lateness_columns():
     columns = [Column("id", "bigint"), Column("ts", "timestamp")]
@@ -280,6 +355,7 @@ def test_unique_key_must_name_output_columns_and_cover_lateness_columns():
 
 # -- steps on the fake session ----------------------------------------------------------------
 
+
 def new_session(columns=SRC) -> FakeSqlSession:
     session = FakeSqlSession()
     session.create_source("demo.src", columns)
@@ -292,21 +368,28 @@ def model_commits(session: FakeSqlSession) -> int:
 
 def test_a_refused_schema_change_writes_nothing():
     session = new_session()
-    run_step(session, ModelSettings("m", "demo", "m", on_schema_change="fail"),
-             "select * from demo.src")
+    run_step(
+        session, ModelSettings("m", "demo", "m", on_schema_change="fail"), "select * from demo.src"
+    )
     before = model_commits(session)
     session.tables["demo.src"].columns.append(("c", "int"))
-    session.tables["demo.src"].commit("ADD COLUMNS",
-                                      parameters={"columns": '[{"column":{"name":"c"}}]'})
+    session.tables["demo.src"].commit(
+        "ADD COLUMNS", parameters={"columns": '[{"column":{"name":"c"}}]'}
+    )
     session.column_types["c"] = "int"
     session.describe = lambda query: SRC + [("c", "int")] if "*" in query else None
     start = len(session.statements)
     with pytest.raises(StepError, match="Model m: its query's columns changed since step 1"):
-        run_step(session, ModelSettings("m", "demo", "m", on_schema_change="fail"),
-                 "select * from demo.src")
+        run_step(
+            session,
+            ModelSettings("m", "demo", "m", on_schema_change="fail"),
+            "select * from demo.src",
+        )
     assert model_commits(session) == before
-    assert not any(s.startswith(("ALTER", "INSERT", "MERGE", "CREATE OR REPLACE TABLE"))
-                   for s in session.statements[start:])
+    assert not any(
+        s.startswith(("ALTER", "INSERT", "MERGE", "CREATE OR REPLACE TABLE"))
+        for s in session.statements[start:]
+    )
 
 
 def test_a_nondeterministic_model_over_an_input_created_again_fails_and_writes_nothing():
@@ -332,10 +415,13 @@ def last_record(session: FakeSqlSession, table: str = "demo.m") -> StepRecord:
     return [r for r in records if r is not None][-1]
 
 
-@pytest.mark.parametrize("query", [
-    "select id, k, v * 10 as v10 from demo.src where k is not null",  # linear
-    "select k, count(*) as n, sum(v) as total from demo.src group by k",  # aggregate
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "select id, k, v * 10 as v10 from demo.src where k is not null",  # linear
+        "select k, count(*) as n, sum(v) as total from demo.src group by k",  # aggregate
+    ],
+)
 def test_an_input_created_again_is_recovered_by_a_recompute_from_its_current_version(query):
     session = new_session()
     run_step(session, ModelSettings("m", "demo", "m"), query)
@@ -346,16 +432,20 @@ def test_an_input_created_again_is_recovered_by_a_recompute_from_its_current_ver
     start = len(session.statements)
     result = run_step(session, ModelSettings("m", "demo", "m"), query)
     assert result.step == 2 and not result.skipped  # same version number, another table
-    assert any("recovered (demo.src was dropped or replaced and created again" in note
-               for note in result.notes)
+    assert any(
+        "recovered (demo.src was dropped or replaced and created again" in note
+        for note in result.notes
+    )
     statements = session.statements[start:]
     assert not any("table_changes" in s for s in statements)  # no change feed is read
     assert any("VERSION AS OF 1" in s and "`demo`.`src`" in s for s in statements)
     record = last_record(session)
     assert record.step == 2 and record.recovered and record.input_ids["demo.src"] == "table-2"
     if "group by" in query:  # the state table is rebuilt, as this step's rows
-        assert any(s.startswith("INSERT INTO `demo`.`m__streamsql_state`") and "2 AS BIGINT" in s
-                   for s in statements)
+        assert any(
+            s.startswith("INSERT INTO `demo`.`m__streamsql_state`") and "2 AS BIGINT" in s
+            for s in statements
+        )
 
 
 def test_a_vacuum_over_sql_alone_is_taken_for_lost_files():

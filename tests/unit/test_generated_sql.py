@@ -57,11 +57,14 @@ def plan_record(sql: str, columns) -> Any:
 
 
 def test_planner_sql_is_as_recorded():
-    compare("plans.json", {f"{i:03d} {sql}": plan_record(sql, columns)
-                           for i, (sql, columns) in enumerate(ALL_CASES)})
+    compare(
+        "plans.json",
+        {f"{i:03d} {sql}": plan_record(sql, columns) for i, (sql, columns) in enumerate(ALL_CASES)},
+    )
 
 
 # -- steps ------------------------------------------------------------------------------------
+
 
 def normalized(statements: List[str]) -> List[str]:
     marks: Dict[str, str] = {}
@@ -76,9 +79,14 @@ def traced(session: FakeSqlSession) -> List[str]:
     return normalized([f"-- {role}\n{statement}" for role, statement in session.trace.entries])
 
 
-def steps_of(settings, query: str, source: str = "demo.src", columns=SRC,
-             second: Callable[[FakeSqlSession], None] = lambda s: None,
-             after: Callable[[FakeSqlSession], None] = lambda s: None) -> List[str]:
+def steps_of(
+    settings,
+    query: str,
+    source: str = "demo.src",
+    columns=SRC,
+    second: Callable[[FakeSqlSession], None] = lambda s: None,
+    after: Callable[[FakeSqlSession], None] = lambda s: None,
+) -> List[str]:
     """Step 1 over a source, a change of it (`second` sets the fake's answers), step 2, then
     `after` (a flush, a third step)."""
     from dbt.adapters.streamsql.execution.step import run_step
@@ -97,6 +105,7 @@ def deletes(count: int) -> Callable[[FakeSqlSession], None]:
     def answer(session: FakeSqlSession) -> None:
         session.delete_from("demo.src", rows=count)
         session.answers.removals, session.answers.deletes = count, count
+
     return answer
 
 
@@ -111,6 +120,7 @@ def held_then_flushed(settings) -> Callable[[FakeSqlSession], None]:
 
         session.answers.held = 0
         flush_step(session, settings)
+
     return flush
 
 
@@ -120,11 +130,14 @@ def third_step(settings, query: str) -> Callable[[FakeSqlSession], None]:
 
         session.append_to("demo.src")
         run_step(session, settings, query)
+
     return again
 
 
-TOPK = ("select id, k, v from (select id, k, v, row_number() over (partition by k order by v "
-        "desc) as rn from demo.src) where rn <= 2")
+TOPK = (
+    "select id, k, v from (select id, k, v, row_number() over (partition by k order by v "
+    "desc) as rn from demo.src) where rn <= 2"
+)
 JOINED = "select a.id, b.v from demo.src a join demo.src b on a.k = b.k where a.v > 0"
 COUNT_DISTINCT = "select k, count(distinct v) as n from demo.src group by k"
 LATE_EVENTS = "select id, k, ts from demo.events"
@@ -133,28 +146,47 @@ WATERMARK = model("wm", watermark={"ts": "INTERVAL 10 MINUTES"})
 SCENARIOS: Dict[str, Callable[[], List[str]]] = {
     "linear, appends": lambda: steps_of(model("m"), LINEAR),
     "linear, deletes": lambda: steps_of(model("m"), LINEAR, second=deletes(2)),
-    "linear, strategy recompute": lambda: steps_of(model("m", strategy="recompute"), LINEAR,
-                                                   second=deletes(1)),
-    "linear, unique_key": lambda: steps_of(model("m", unique_key=("id",)), LINEAR,
-                                           second=deletes(1)),
+    "linear, strategy recompute": lambda: steps_of(
+        model("m", strategy="recompute"), LINEAR, second=deletes(1)
+    ),
+    "linear, unique_key": lambda: steps_of(
+        model("m", unique_key=("id",)), LINEAR, second=deletes(1)
+    ),
     "join": lambda: steps_of(model("j"), JOINED, second=deletes(1)),
     "top-k": lambda: steps_of(model("t"), TOPK, second=deletes(1)),
-    "aggregate, three steps": lambda: steps_of(model("agg"), AGGREGATE, second=deletes(1),
-                                               after=third_step(model("agg"), AGGREGATE)),
-    "aggregate, count distinct": lambda: steps_of(model("cd"), COUNT_DISTINCT,
-                                                  second=deletes(1)),
+    "aggregate, three steps": lambda: steps_of(
+        model("agg"), AGGREGATE, second=deletes(1), after=third_step(model("agg"), AGGREGATE)
+    ),
+    "aggregate, count distinct": lambda: steps_of(model("cd"), COUNT_DISTINCT, second=deletes(1)),
     "staged": lambda: steps_of(model("st"), STAGED, second=deletes(1)),
-    "lateness window": lambda: steps_of(model("lw", lateness={"ws": "INTERVAL 1 HOUR"}),
-                                        LATE_WINDOW, "demo.events", EVENTS, second=late_rows),
+    "lateness window": lambda: steps_of(
+        model("lw", lateness={"ws": "INTERVAL 1 HOUR"}),
+        LATE_WINDOW,
+        "demo.events",
+        EVENTS,
+        second=late_rows,
+    ),
     "lateness, append_only": lambda: steps_of(
-        model("la", lateness={"ts": "INTERVAL 1 HOUR"}, append_only=True), LATE_EVENTS,
-        "demo.events", EVENTS),
+        model("la", lateness={"ts": "INTERVAL 1 HOUR"}, append_only=True),
+        LATE_EVENTS,
+        "demo.events",
+        EVENTS,
+    ),
     "emit_final": lambda: steps_of(
-        model("ef", lateness={"ws": "INTERVAL 1 HOUR"}, emit_final=True), LATE_WINDOW,
-        "demo.events", EVENTS, second=late_rows),
-    "watermark and flush": lambda: steps_of(WATERMARK, LATE_EVENTS, "demo.events", EVENTS,
-                                            second=lambda s: setattr(s.answers, "held", 2),
-                                            after=held_then_flushed(WATERMARK)),
+        model("ef", lateness={"ws": "INTERVAL 1 HOUR"}, emit_final=True),
+        LATE_WINDOW,
+        "demo.events",
+        EVENTS,
+        second=late_rows,
+    ),
+    "watermark and flush": lambda: steps_of(
+        WATERMARK,
+        LATE_EVENTS,
+        "demo.events",
+        EVENTS,
+        second=lambda s: setattr(s.answers, "held", 2),
+        after=held_then_flushed(WATERMARK),
+    ),
 }
 
 

@@ -12,18 +12,24 @@ COLS = [Column("ts", "timestamp"), Column("seq", "bigint"), Column("place", "str
 
 
 def test_rules_follow_config_order_and_attach_max_future():
-    rules = late.lateness_rules("m", COLS, {"seq": "1000", "TS": "INTERVAL 1 HOUR"},
-                                {"ts": "INTERVAL 1 DAY"})
+    rules = late.lateness_rules(
+        "m", COLS, {"seq": "1000", "TS": "INTERVAL 1 HOUR"}, {"ts": "INTERVAL 1 DAY"}
+    )
     assert [(r.column.name, r.lateness, r.max_future) for r in rules] == [
-        ("seq", "1000", None), ("ts", "INTERVAL 1 HOUR", "INTERVAL 1 DAY")]
+        ("seq", "1000", None),
+        ("ts", "INTERVAL 1 HOUR", "INTERVAL 1 DAY"),
+    ]
 
 
-@pytest.mark.parametrize("lateness, max_future, message", [
-    ({"when": "INTERVAL 1 HOUR"}, {}, "names column 'when', which the model does not have"),
-    ({"ts": "seq + 1"}, {}, "is not a constant expression"),
-    ({"ts": "(select 1)"}, {}, "is not a constant expression"),
-    ({"ts": "INTERVAL 1 HOUR"}, {"seq": "10"}, "max_future names 'seq', which has no lateness"),
-])
+@pytest.mark.parametrize(
+    "lateness, max_future, message",
+    [
+        ({"when": "INTERVAL 1 HOUR"}, {}, "names column 'when', which the model does not have"),
+        ({"ts": "seq + 1"}, {}, "is not a constant expression"),
+        ({"ts": "(select 1)"}, {}, "is not a constant expression"),
+        ({"ts": "INTERVAL 1 HOUR"}, {"seq": "10"}, "max_future names 'seq', which has no lateness"),
+    ],
+)
 def test_bad_config_names_the_model_and_the_fix(lateness, max_future, message):
     with pytest.raises(late.LatenessConfigError, match="Model m: ") as error:
         late.lateness_rules("m", COLS, lateness, max_future)
@@ -31,8 +37,9 @@ def test_bad_config_names_the_model_and_the_fix(lateness, max_future, message):
 
 
 def test_classify_orders_null_before_future_before_late():
-    rules = late.lateness_rules("m", COLS, {"ts": "INTERVAL 1 HOUR", "seq": "10"},
-                                {"ts": "INTERVAL 1 DAY"})
+    rules = late.lateness_rules(
+        "m", COLS, {"ts": "INTERVAL 1 HOUR", "seq": "10"}, {"ts": "INTERVAL 1 DAY"}
+    )
     statement = late.classify("net", COLS, rules, {"ts": "2020-01-01 01:00:00", "seq": None})
     sqlglot.parse_one(statement, read="spark")
     null_at = statement.index("`ts` IS NULL")
@@ -47,49 +54,66 @@ def test_first_step_waterline_is_max_minus_lateness():
     statement = late.waterline_query("c", rules, {}, {})
     sqlglot.parse_one(statement, read="spark")
     assert "greatest" not in statement
-    assert statement.startswith("SELECT COALESCE(SUM(abs(_streamsql_weight)) FILTER (WHERE "
-                                "_streamsql_reason IS NOT NULL), 0) AS late, ")
-    later = late.waterline_query("c", rules, {"ts": "2020-01-01 00:00:00"},
-                                 {"ts": "2020-01-01 01:00:00"})
+    assert statement.startswith(
+        "SELECT COALESCE(SUM(abs(_streamsql_weight)) FILTER (WHERE "
+        "_streamsql_reason IS NOT NULL), 0) AS late, "
+    )
+    later = late.waterline_query(
+        "c", rules, {"ts": "2020-01-01 00:00:00"}, {"ts": "2020-01-01 01:00:00"}
+    )
     assert "greatest(CAST('2020-01-01 00:00:00' AS timestamp)" in later
 
 
 def test_quarantine_keeps_one_row_per_copy_with_its_waterline():
     rows = late.quarantine_rows("c", COLS, 5, {"ts": "2020-01-01 01:00:00"})
-    statement = default_side_table_sql().append_late_rows("s", "m__late",
-                                                          late.late_table_columns(COLS), rows)
+    statement = default_side_table_sql().append_late_rows(
+        "s", "m__late", late.late_table_columns(COLS), rows
+    )
     sqlglot.parse_one(statement, read="spark")
-    assert statement == ("INSERT INTO `s`.`m__late` (`ts`, `seq`, `place`, `_streamsql_step`, "
-                         "`_streamsql_change`, `_streamsql_column`, `_streamsql_waterline`, "
-                         "`_streamsql_reason`, `_streamsql_at`) " + rows)
+    assert statement == (
+        "INSERT INTO `s`.`m__late` (`ts`, `seq`, `place`, `_streamsql_step`, "
+        "`_streamsql_change`, `_streamsql_column`, `_streamsql_waterline`, "
+        "`_streamsql_reason`, `_streamsql_at`) " + rows
+    )
     assert "explode(sequence(1, abs(_streamsql_weight)))" in statement
     assert "WHEN _streamsql_column = 'ts' THEN '2020-01-01 01:00:00'" in statement
 
 
 def test_step_record_round_trips_and_history_stops_at_recreation():
-    record = StepRecord(step=3, run_id="r", sql_fingerprint="f", incarnation="i",
-                        input_versions={"s.t": 7}, waterline={"ts": "x"})
+    record = StepRecord(
+        step=3,
+        run_id="r",
+        sql_fingerprint="f",
+        incarnation="i",
+        input_versions={"s.t": 7},
+        waterline={"ts": "x"},
+    )
     assert StepRecord.from_json(record.to_json()) == record
     history = [
         {"operation": "OPTIMIZE", "userMetadata": None},
         {"operation": "MERGE", "userMetadata": record.to_json()},
     ]
     assert last_record(history) == record
-    rebuilt = [{"operation": "CREATE OR REPLACE TABLE", "userMetadata": None},
-               {"operation": "MERGE", "userMetadata": record.to_json()}]
+    rebuilt = [
+        {"operation": "CREATE OR REPLACE TABLE", "userMetadata": None},
+        {"operation": "MERGE", "userMetadata": record.to_json()},
+    ]
     assert last_record(rebuilt) is None
     assert StepRecord.from_json('{"other": 1}') is None
 
 
-@pytest.mark.parametrize("column_type, difference_type, ok", [
-    ("timestamp", "timestamp", True),
-    ("date", "date", True),
-    ("bigint", "bigint", True),
-    ("decimal(10,2)", "decimal(11,2)", True),
-    ("date", "timestamp", False),  # DATE - INTERVAL 1 HOUR: not comparable as a date
-    ("string", "timestamp", False),  # Spark casts strings silently; LATENESS must not
-    ("boolean", "boolean", False),
-])
+@pytest.mark.parametrize(
+    "column_type, difference_type, ok",
+    [
+        ("timestamp", "timestamp", True),
+        ("date", "date", True),
+        ("bigint", "bigint", True),
+        ("decimal(10,2)", "decimal(11,2)", True),
+        ("date", "timestamp", False),  # DATE - INTERVAL 1 HOUR: not comparable as a date
+        ("string", "timestamp", False),  # Spark casts strings silently; LATENESS must not
+        ("boolean", "boolean", False),
+    ],
+)
 def test_subtraction_must_stay_in_the_column_type_family(column_type, difference_type, ok):
     rule = late.LatenessRule(Column("c", column_type), "1")
     assert (late.subtraction_error(rule, difference_type) is None) is ok
@@ -97,16 +121,21 @@ def test_subtraction_must_stay_in_the_column_type_family(column_type, difference
 
 def test_final_groups_are_those_below_the_waterline_of_a_column_the_group_decides():
     rule = late.LatenessRule(Column("hour_start", "timestamp"), "INTERVAL 1 HOUR")
-    outputs = (("card", "_streamsql_grp._streamsql_g0"),
-               ("hour_start", "_streamsql_grp._streamsql_g1.start"))
+    outputs = (
+        ("card", "_streamsql_grp._streamsql_g0"),
+        ("hour_start", "_streamsql_grp._streamsql_g1.start"),
+    )
     found = late.final_group_columns([rule], {"hour_start": "2024-01-01 10:00:00"}, outputs)
     assert found == [(rule, "_streamsql_grp._streamsql_g1.start", "2024-01-01 10:00:00")]
     # no waterline yet, or a lateness column that is not decided by the group: nothing to skip
     assert late.final_group_columns([rule], {"hour_start": None}, outputs) == []
-    assert late.final_group_columns([rule], {"hour_start": "2024-01-01 10:00:00"},
-                                    outputs[:1]) == []
+    assert (
+        late.final_group_columns([rule], {"hour_start": "2024-01-01 10:00:00"}, outputs[:1]) == []
+    )
     start = "_streamsql_grp._streamsql_g1.start"
     assert late.open_groups(rule, start, "2024-01-01 10:00:00") == (
-        f"(({start}) >= CAST('2024-01-01 10:00:00' AS timestamp) OR ({start}) IS NULL)")
+        f"(({start}) >= CAST('2024-01-01 10:00:00' AS timestamp) OR ({start}) IS NULL)"
+    )
     assert late.open_groups(rule, start, "2024-01-01 10:00:00", ["2024-01-01 07:00:00"]).endswith(
-        f" OR ({start}) IN (CAST('2024-01-01 07:00:00' AS timestamp)))")
+        f" OR ({start}) IN (CAST('2024-01-01 07:00:00' AS timestamp)))"
+    )

@@ -494,8 +494,7 @@ def test_decimal_avg_follows_sparks_result_type():
     output = windowed_plan().output_sql
     assert (
         "CAST(_streamsql_a0 AS DECIMAL(20, 2)) / CAST(_streamsql_a0_n AS DECIMAL(20, 0)) "
-        "AS DECIMAL(14, 6)"
-        in output
+        "AS DECIMAL(14, 6)" in output
     )
 
 

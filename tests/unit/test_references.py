@@ -12,6 +12,7 @@ def test_tables_not_ctes_nor_table_functions():
 
 
 def test_window_first_in_group_by_still_parses():
-    sql = ("select window(ts, '1 hour').start as w, count(*) from demo.e "
-           "group by window(ts, '1 hour')")
+    sql = (
+        "select window(ts, '1 hour').start as w, count(*) from demo.e group by window(ts, '1 hour')"
+    )
     assert referenced_tables(sql) == ["demo.e"]

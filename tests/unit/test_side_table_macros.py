@@ -41,19 +41,25 @@ class Macros:
         settings = dict(config or {})
         stubs: Dict[str, Any] = {
             "adapter": self,
-            "config": type("Config", (), {"get": staticmethod(
-                lambda key, default=None: settings.get(key, default))})(),
+            "config": type(
+                "Config",
+                (),
+                {"get": staticmethod(lambda key, default=None: settings.get(key, default))},
+            )(),
             "return": lambda value: value,
         }
-        environment = jinja2.Environment(extensions=["jinja2.ext.do"],
-                                         undefined=jinja2.StrictUndefined)
+        environment = jinja2.Environment(
+            extensions=["jinja2.ext.do"], undefined=jinja2.StrictUndefined
+        )
         sources = [project] + [path.read_text() for path in sorted(side.MACRO_DIR.glob("*.sql"))]
         for source in sources:  # every macro by its bare name, found when called
             for macro in environment.parse(source).find_all(jinja2.nodes.Macro):
-                stubs[macro.name] = (lambda name: lambda *args, **kwargs: self.find(name)(
-                    *args, **kwargs))(macro.name)
-        self.modules = [environment.from_string(source, globals=dict(stubs)).module
-                        for source in sources]
+                stubs[macro.name] = (
+                    lambda name: lambda *args, **kwargs: self.find(name)(*args, **kwargs)
+                )(macro.name)
+        self.modules = [
+            environment.from_string(source, globals=dict(stubs)).module for source in sources
+        ]
 
     def find(self, name: str) -> Any:
         for module in self.modules:
@@ -87,8 +93,9 @@ def test_the_default_ddl_is_the_adapters_delta_table_ddl(kind):
     name, columns = TABLES[kind]
     created = sql.create_table(f"`demo`.`{name}`", columns)
     assert ddl(kind, replace=True) == created
-    assert ddl(kind, replace=False) == created.replace("CREATE OR REPLACE TABLE",
-                                                       "CREATE TABLE IF NOT EXISTS")
+    assert ddl(kind, replace=False) == created.replace(
+        "CREATE OR REPLACE TABLE", "CREATE TABLE IF NOT EXISTS"
+    )
     sqlglot.parse_one(ddl(kind, replace=True), read="spark")
 
 
@@ -103,11 +110,15 @@ def test_the_ddl_macro_takes_more_properties_and_a_location():
     statement = ddl(side.PENDING, replace=True, project=project)
     assert statement.endswith(
         ") USING delta LOCATION '/lake/m__pending' TBLPROPERTIES ('delta.enableChangeDataFeed' = "
-        "'false', 'delta.enableDeletionVectors' = 'true', 'delta.appendOnly' = 'False')")
+        "'false', 'delta.enableDeletionVectors' = 'true', 'delta.appendOnly' = 'False')"
+    )
     name, columns = TABLES[side.PENDING]
     assert statement == sql.create_table(
-        f"`demo`.`{name}`", columns, {"delta.enableChangeDataFeed": "false",
-                                      "delta.appendOnly": "False"}, location="/lake/m__pending")
+        f"`demo`.`{name}`",
+        columns,
+        {"delta.enableChangeDataFeed": "false", "delta.appendOnly": "False"},
+        location="/lake/m__pending",
+    )
 
 
 def test_a_project_override_of_one_table_is_dispatched_first_and_sees_the_models_config():
@@ -120,11 +131,14 @@ def test_a_project_override_of_one_table_is_dispatched_first_and_sees_the_models
 """
     late_table = ddl(side.LATE, replace=False, project=project, late_retention="interval 1 year")
     assert late_table.startswith("CREATE TABLE IF NOT EXISTS `demo`.`m__late` (`id` bigint, ")
-    assert late_table.endswith(" USING delta TBLPROPERTIES ('delta.logRetentionDuration' = "
-                               "'interval 1 year', 'delta.enableChangeDataFeed' = 'true', "
-                               "'delta.enableDeletionVectors' = 'true')")
-    assert ddl(side.WATERLINE, replace=False, project=project) == \
-        ddl(side.WATERLINE, replace=False)  # the other tables keep the default
+    assert late_table.endswith(
+        " USING delta TBLPROPERTIES ('delta.logRetentionDuration' = "
+        "'interval 1 year', 'delta.enableChangeDataFeed' = 'true', "
+        "'delta.enableDeletionVectors' = 'true')"
+    )
+    assert ddl(side.WATERLINE, replace=False, project=project) == ddl(
+        side.WATERLINE, replace=False
+    )  # the other tables keep the default
 
 
 def test_overriding_side_table_ddl_changes_all_three_tables():
@@ -145,17 +159,22 @@ def test_overriding_side_table_ddl_changes_all_three_tables():
 def test_the_default_writes_are_the_statements_the_step_sends():
     rules = late.lateness_rules("m", COLS, {"ts": "INTERVAL 1 HOUR"}, {})
     rows = late.waterline_rows(3, rules, {"ts": "2020-01-01 00:00:00"}, {"ts": None})
-    assert statements().append_waterline_rows("demo", "m__waterline", late.WATERLINE_COLUMNS,
-                                              rows) == (
+    assert statements().append_waterline_rows(
+        "demo", "m__waterline", late.WATERLINE_COLUMNS, rows
+    ) == (
         "INSERT INTO `demo`.`m__waterline` VALUES (CAST(3 AS BIGINT), 'ts', "
-        "'2020-01-01 00:00:00', CAST(NULL AS STRING), current_timestamp())")
+        "'2020-01-01 00:00:00', CAST(NULL AS STRING), current_timestamp())"
+    )
     quarantined = late.quarantine_rows("c", COLS, 3, {})
-    appended = statements().append_late_rows("demo", "m__late", late.late_table_columns(COLS),
-                                             quarantined)
-    assert appended == ("INSERT INTO `demo`.`m__late` (`id`, `ts`, `odd``name`, "
-                        "`_streamsql_step`, `_streamsql_change`, `_streamsql_column`, "
-                        f"`_streamsql_waterline`, `_streamsql_reason`, `_streamsql_at`) "
-                        f"{quarantined}")
+    appended = statements().append_late_rows(
+        "demo", "m__late", late.late_table_columns(COLS), quarantined
+    )
+    assert appended == (
+        "INSERT INTO `demo`.`m__late` (`id`, `ts`, `odd``name`, "
+        "`_streamsql_step`, `_streamsql_change`, `_streamsql_column`, "
+        f"`_streamsql_waterline`, `_streamsql_reason`, `_streamsql_at`) "
+        f"{quarantined}"
+    )
     changes = wm.pending_changes("cand", COLS, 4)
     merged = statements().merge_pending_rows("demo", "m__pending", COLS, changes, 4)
     assert merged == (
@@ -165,7 +184,8 @@ def test_the_default_writes_are_the_statements_the_step_sends():
         "INSERT (`id`, `ts`, `odd``name`, _streamsql_weight, _streamsql_held_step, "
         "_streamsql_released_step, _streamsql_held_id) VALUES (s.`id`, s.`ts`, s.`odd``name`, "
         "s._streamsql_weight, s._streamsql_held_step, CAST(NULL AS BIGINT), "
-        "s._streamsql_held_id)")
+        "s._streamsql_held_id)"
+    )
     for statement in (appended, merged):
         sqlglot.parse_one(statement, read="spark")
 
@@ -185,16 +205,23 @@ def test_the_plain_jinja_rendering_matches_the_dbt_like_one():
     for kind, (name, columns) in TABLES.items():
         for replace in (True, False):
             assert side.default_side_table_sql().create_table(
-                kind, "demo", name, columns, replace) == ddl(kind, replace)
+                kind, "demo", name, columns, replace
+            ) == ddl(kind, replace)
 
 
 def test_every_macro_the_step_calls_is_in_the_package_with_a_default():
     macros = Macros()
     for name in side.MACROS:
         assert macros.find(name) is not None, name
-    dispatched = ["create_late_table", "create_waterline_table", "create_pending_table",
-                  "side_table_ddl", "append_late_rows", "append_waterline_rows",
-                  "merge_pending_rows"]
+    dispatched = [
+        "create_late_table",
+        "create_waterline_table",
+        "create_pending_table",
+        "side_table_ddl",
+        "append_late_rows",
+        "append_waterline_rows",
+        "merge_pending_rows",
+    ]
     for name in dispatched:
         assert macros.find(f"default__{name}") is not None, name
 
@@ -207,8 +234,9 @@ def test_a_statement_is_trimmed_and_an_empty_one_is_an_error():
         return {"streamsql_append_late_rows": "\n  INSERT INTO x SELECT 1 ;\n"}.get(name, " ")
 
     statements_ = side.SideTableSql(call, relation=lambda schema, name: f"<{schema}.{name}>")
-    assert statements_.append_late_rows("s", "m__late", COLS, "SELECT 1") == \
-        "INSERT INTO x SELECT 1"
+    assert (
+        statements_.append_late_rows("s", "m__late", COLS, "SELECT 1") == "INSERT INTO x SELECT 1"
+    )
     assert calls[0]["relation"] == "<s.m__late>" and calls[0]["rows"] == "SELECT 1"
     with pytest.raises(side.SideTableError, match="streamsql_create_waterline_table returned no"):
         statements_.create_table(side.WATERLINE, "s", "m__waterline", COLS, True)

@@ -33,8 +33,9 @@ def traced_steps(kind: str):
     else:
         session = new_session(("demo.events", EVENTS))
         session.column_types["ws"] = "timestamp"
-        settings = model("lw", lateness={"ws": "INTERVAL 1 HOUR"},
-                         watermark={"ws": "INTERVAL 1 HOUR"})
+        settings = model(
+            "lw", lateness={"ws": "INTERVAL 1 HOUR"}, watermark={"ws": "INTERVAL 1 HOUR"}
+        )
         query, source = LATE_WINDOW, "demo.events"
     run_step(session, settings, query)
     session.append_to(source)
@@ -60,8 +61,7 @@ def test_the_roles_say_what_each_write_and_read_of_a_step_is():
         "create the LATENESS quarantine `demo`.`lw__late`, empty",
         "create the WATERMARK held changes `demo`.`lw__pending`, empty",
         "the columns of the model's query",
-        "the aggregate: the change of each group, from the changes of demo.events "
-        "versions 1..1",
+        "the aggregate: the change of each group, from the changes of demo.events versions 1..1",
         "net change of the model",
         "LATENESS: the change, each row on time, late, null or future",
         "MERGE the change into the model `demo`.`lw`, by key (step 2)",
@@ -73,36 +73,54 @@ def test_the_roles_say_what_each_write_and_read_of_a_step_is():
     ]:
         assert expected in roles, expected
     # what serves a write is named after it: the step record and Delta's idempotent-write id
-    record = next(i for i, (_, s) in enumerate(session.trace.entries)
-                  if s.startswith("INSERT INTO `demo`.`lw__late`"))
-    assert [role for role, _ in session.trace.entries[record - 3:record]] == [
-        "append the step's late changes to `demo`.`lw__late`: " + what for what in (
+    record = next(
+        i
+        for i, (_, s) in enumerate(session.trace.entries)
+        if s.startswith("INSERT INTO `demo`.`lw__late`")
+    )
+    assert [role for role, _ in session.trace.entries[record - 3 : record]] == [
+        "append the step's late changes to `demo`.`lw__late`: " + what
+        for what in (
             "the step record, for the next commit",
             "Delta's idempotent-write id, for the next commit",
-            "Delta's idempotent-write version (the step), for the next commit")]
+            "Delta's idempotent-write version (the step), for the next commit",
+        )
+    ]
 
 
 def test_an_appended_change_names_the_inputs_its_insert_reads():
     session = traced_steps("linear")
-    (insert,) = [role for role, s in session.trace.entries if s.startswith("INSERT INTO `demo`.`m`")
-                 and "table_changes" in s]
-    assert insert == ("append the change to the model `demo`.`m` (step 2), from the changes of "
-                      "demo.src versions 1..1")
+    (insert,) = [
+        role
+        for role, s in session.trace.entries
+        if s.startswith("INSERT INTO `demo`.`m`") and "table_changes" in s
+    ]
+    assert insert == (
+        "append the change to the model `demo`.`m` (step 2), from the changes of "
+        "demo.src versions 1..1"
+    )
 
 
-@pytest.mark.parametrize("statement, role", [
-    ("DESCRIBE HISTORY `demo`.`src` LIMIT 1", "the last commit of `demo`.`src`"),
-    ("DESCRIBE HISTORY `demo`.`src` LIMIT 50", "the last 50 commits of `demo`.`src`"),
-    ("SHOW TABLES IN `demo` LIKE 'm'", "whether `demo` has a table m"),
-    ("SET spark.sql.files.maxRecordsPerFile=250000",
-     "the setting spark.sql.files.maxRecordsPerFile"),
-    ("RESET spark.sql.files.maxRecordsPerFile",
-     "the setting spark.sql.files.maxRecordsPerFile unset"),
-    ("CHECKPOINT _v_net AS SELECT 1", "_v_net, computed now"),
-    ("CACHE TABLE _v_net AS SELECT 1", "_v_net, computed now"),
-    ("MERGE INTO `demo`.`m` AS t USING x", "MERGE into `demo`.`m`"),
-    ("SELECT 1", "a query"),
-])
+@pytest.mark.parametrize(
+    "statement, role",
+    [
+        ("DESCRIBE HISTORY `demo`.`src` LIMIT 1", "the last commit of `demo`.`src`"),
+        ("DESCRIBE HISTORY `demo`.`src` LIMIT 50", "the last 50 commits of `demo`.`src`"),
+        ("SHOW TABLES IN `demo` LIKE 'm'", "whether `demo` has a table m"),
+        (
+            "SET spark.sql.files.maxRecordsPerFile=250000",
+            "the setting spark.sql.files.maxRecordsPerFile",
+        ),
+        (
+            "RESET spark.sql.files.maxRecordsPerFile",
+            "the setting spark.sql.files.maxRecordsPerFile unset",
+        ),
+        ("CHECKPOINT _v_net AS SELECT 1", "_v_net, computed now"),
+        ("CACHE TABLE _v_net AS SELECT 1", "_v_net, computed now"),
+        ("MERGE INTO `demo`.`m` AS t USING x", "MERGE into `demo`.`m`"),
+        ("SELECT 1", "a query"),
+    ],
+)
 def test_a_statement_without_a_role_is_named_by_its_text(statement, role):
     trace = StatementTrace()
     trace.record(statement)
@@ -120,13 +138,22 @@ def test_the_innermost_role_counts_and_serving_statements_get_both():
             trace.record("SELECT 2")
     trace.record("SELECT 3")
     assert [role for role, _ in trace.entries] == [
-        "outer", "inner: the setting a", "inner", "outer", "a query"]
+        "outer",
+        "inner: the setting a",
+        "inner",
+        "outer",
+        "a query",
+    ]
 
 
 def test_a_script_reads_back_as_the_statements_it_holds():
     trace = StatementTrace()
-    statements = ["SELECT 1", "SELECT a,\n  b -- a comment\nFROM t WHERE x = ';'",
-                  "-- 2. looks like a role line\nSELECT 2", "INSERT INTO t VALUES (1);"]
+    statements = [
+        "SELECT 1",
+        "SELECT a,\n  b -- a comment\nFROM t WHERE x = ';'",
+        "-- 2. looks like a role line\nSELECT 2",
+        "INSERT INTO t VALUES (1);",
+    ]
     with trace.role("a role\nover two lines"):
         for statement in statements:
             trace.record(statement)
@@ -174,7 +201,8 @@ def test_the_adapters_session_records_what_it_sends_as_it_sends_it():
         "free the view _v_net",  # one a failed step left behind
         "_v_net, computed now",  # CACHE TABLE
         "free the view _v_net",
-        "MERGE into t"]
+        "MERGE into t",
+    ]
 
 
 def test_a_failed_step_still_writes_the_statements_it_sent(monkeypatch):
@@ -183,13 +211,15 @@ def test_a_failed_step_still_writes_the_statements_it_sent(monkeypatch):
         raise StepError("Model m: something failed\nmore detail")
 
     monkeypatch.setattr(impl, "run_step", failing_step)
-    adapter = SimpleNamespace(connections=RecordingConnections(),
-                              _side_table_sql=lambda macros: None)
+    adapter = SimpleNamespace(
+        connections=RecordingConnections(), _side_table_sql=lambda macros: None
+    )
     relation = Relation()
     written: List[str] = []
     with pytest.raises(Exception, match="something failed"):
-        impl.StreamSQLAdapter.streamsql_step(adapter, relation, "select 1", {}, False,
-                                             None, written.append)
+        impl.StreamSQLAdapter.streamsql_step(
+            adapter, relation, "select 1", {}, False, None, written.append
+        )
     (text,) = written
     assert text.splitlines()[0].endswith(": the step failed: Model m: something failed")
     assert read_script(text) == [("insert into `demo`.`m`", "INSERT INTO `demo`.`m` SELECT 1")]

@@ -23,11 +23,18 @@ def test_null_safe_match_of_no_columns_is_true():
 
 
 def test_bind_placeholders_replaces_whole_identifiers_only():
-    text = ("select * from __streamsql_new_1__ a join `__streamsql_group_delta__` d "
-            "on x.__streamsql_new_10__ = 1")
-    bound = sql.bind_placeholders(text, {"__streamsql_new_1__": "v1",
-                                         "__streamsql_group_delta__": "gd",
-                                         "__streamsql_new_10__": "v10"})
+    text = (
+        "select * from __streamsql_new_1__ a join `__streamsql_group_delta__` d "
+        "on x.__streamsql_new_10__ = 1"
+    )
+    bound = sql.bind_placeholders(
+        text,
+        {
+            "__streamsql_new_1__": "v1",
+            "__streamsql_group_delta__": "gd",
+            "__streamsql_new_10__": "v10",
+        },
+    )
     assert bound == "select * from v1 a join gd d on x.v10 = 1"
 
 
@@ -54,9 +61,11 @@ def test_merge_change_deletes_then_reinserts_survivors_atomically():
     parses(statement)
     assert statement.startswith("MERGE INTO `s`.`m` AS t USING")
     assert "ON s._streamsql_action = 'delete' AND t.`room` <=> s.`room`" in statement
-    assert ("explode(sequence(CASE WHEN _streamsql_weight < 0 THEN 0 ELSE 1 END, "
-            "CASE WHEN _streamsql_weight < 0 THEN greatest(_streamsql_existing + "
-            "_streamsql_weight, 0) ELSE _streamsql_weight END))") in statement
+    assert (
+        "explode(sequence(CASE WHEN _streamsql_weight < 0 THEN 0 ELSE 1 END, "
+        "CASE WHEN _streamsql_weight < 0 THEN greatest(_streamsql_existing + "
+        "_streamsql_weight, 0) ELSE _streamsql_weight END))"
+    ) in statement
     assert "WHEN NOT MATCHED AND s._streamsql_action = 'insert' THEN INSERT" in statement
 
 
@@ -86,7 +95,8 @@ def test_the_state_of_a_group_is_the_latest_row_a_step_wrote_for_it():
         "_streamsql_latest.`_streamsql_a1` AS `_streamsql_a1` FROM (SELECT `_streamsql_g0`, "
         "max_by(struct(`_streamsql_count`, `_streamsql_a1`), _streamsql_step) AS "
         "_streamsql_latest FROM (SELECT * FROM st VERSION AS OF 3) GROUP BY `_streamsql_g0`) "
-        "WHERE _streamsql_latest._streamsql_count > 0")  # a gone group hides its older rows
+        "WHERE _streamsql_latest._streamsql_count > 0"
+    )  # a gone group hides its older rows
 
 
 def test_a_global_aggregates_state_is_one_row_or_none():
@@ -98,9 +108,11 @@ def test_a_global_aggregates_state_is_one_row_or_none():
 def test_appending_state_keeps_gone_groups_as_markers_except_on_a_first_write():
     appended = sql.insert_state("st", "new_groups", STATE, step=7, order=())
     parses(appended)
-    assert appended == ("INSERT INTO st (`_streamsql_g0`, `_streamsql_count`, `_streamsql_a1`, "
-                        "_streamsql_step) SELECT `_streamsql_g0`, `_streamsql_count`, "
-                        "`_streamsql_a1`, CAST(7 AS BIGINT) FROM new_groups")
+    assert appended == (
+        "INSERT INTO st (`_streamsql_g0`, `_streamsql_count`, `_streamsql_a1`, "
+        "_streamsql_step) SELECT `_streamsql_g0`, `_streamsql_count`, "
+        "`_streamsql_a1`, CAST(7 AS BIGINT) FROM new_groups"
+    )
     first = sql.insert_state("st", "new_groups", STATE, step=1, order=GROUP, everything=False)
     assert first.endswith("FROM new_groups WHERE _streamsql_count > 0 ORDER BY `_streamsql_g0`")
 
@@ -110,31 +122,42 @@ def test_compacting_state_keeps_the_state_it_holds_as_of_a_step():
     parses(statement)
     assert statement.startswith("INSERT OVERWRITE st (")
     assert "FROM (SELECT * FROM st WHERE _streamsql_step <= 12) GROUP BY" in statement
-    assert "SELECT `_streamsql_g0`, `_streamsql_count`, `_streamsql_a1`, CAST(12 AS BIGINT)" \
+    assert (
+        "SELECT `_streamsql_g0`, `_streamsql_count`, `_streamsql_a1`, CAST(12 AS BIGINT)"
         in statement
-    assert statement.endswith("WHERE _streamsql_latest._streamsql_count > 0) "
-                              "ORDER BY `_streamsql_g0`")
+    )
+    assert statement.endswith(
+        "WHERE _streamsql_latest._streamsql_count > 0) ORDER BY `_streamsql_g0`"
+    )
 
 
 def test_range_aggregates_and_their_predicates_skip_what_has_no_literal():
-    columns = [Column("k", "bigint"), Column("tags", "array<string>"),
-               Column("w", "struct<start:timestamp,end:timestamp>")]
+    columns = [
+        Column("k", "bigint"),
+        Column("tags", "array<string>"),
+        Column("w", "struct<start:timestamp,end:timestamp>"),
+    ]
     assert sql.range_aggregates(columns, "g") == {
-        "lo0": "CAST(MIN(g.`k`) AS STRING)", "hi0": "CAST(MAX(g.`k`) AS STRING)",
+        "lo0": "CAST(MIN(g.`k`) AS STRING)",
+        "hi0": "CAST(MAX(g.`k`) AS STRING)",
         "lo1": "CAST(unix_micros(MIN(g.`w`.start)) AS STRING)",
-        "hi1": "CAST(unix_micros(MAX(g.`w`.start)) AS STRING)"}
+        "hi1": "CAST(unix_micros(MAX(g.`w`.start)) AS STRING)",
+    }
     assert sql.range_aggregates(columns[:1], "t", where="t.w < 0", name="d") == {
         "dlo0": "CAST(MIN(t.`k`) FILTER (WHERE t.w < 0) AS STRING)",
-        "dhi0": "CAST(MAX(t.`k`) FILTER (WHERE t.w < 0) AS STRING)"}
+        "dhi0": "CAST(MAX(t.`k`) FILTER (WHERE t.w < 0) AS STRING)",
+    }
     row = {"lo0": "1", "hi0": "9", "lo1": None, "hi1": None}  # no window in the change
     assert sql.range_predicates(columns, "g", row) == [
         "(((g.`k` >= CAST('1' AS bigint)) AND (g.`k` <= CAST('9' AS bigint))) OR g.`k` IS NULL)",
-        "((false AND false) OR g.`w`.start IS NULL)"]
+        "((false AND false) OR g.`w`.start IS NULL)",
+    ]
 
 
 def test_create_table_turns_on_the_change_feed_and_options():
-    statement = sql.create_table("`s`.`m`", COLS, {"delta.appendOnly": "false"},
-                                 partition_by=["room"], location="/data/m")
+    statement = sql.create_table(
+        "`s`.`m`", COLS, {"delta.appendOnly": "false"}, partition_by=["room"], location="/data/m"
+    )
     parses(statement)
     assert "'delta.enableChangeDataFeed' = 'true'" in statement
     assert "PARTITIONED BY (`room`)" in statement and "LOCATION '/data/m'" in statement
@@ -154,8 +177,9 @@ def test_merge_change_bounds_the_target_by_the_waterline():
 
 
 def test_merge_by_key_updates_deletes_and_inserts_by_key_without_counting_copies():
-    statement = sql.merge_by_key("m.t", "net", COLS + [Column("total", "bigint")], ["room"],
-                                 ["t.`room` >= 'a'"])
+    statement = sql.merge_by_key(
+        "m.t", "net", COLS + [Column("total", "bigint")], ["room"], ["t.`room` >= 'a'"]
+    )
     parses(statement)
     assert statement.count("net") == 1 and "LEFT JOIN" not in statement
     assert "ON t.`room` <=> s.`room` AND t.`room` >= 'a'" in statement
@@ -180,14 +204,18 @@ def test_merge_by_key_when_every_column_is_key_only_deletes_and_inserts():
 
 def test_bound_predicates_are_literals_or_nothing():
     from dbt.adapters.streamsql.planning.plan import KeyBound
+
     bound = KeyBound("__streamsql_bound_0__", "p.id", ">=", "(SELECT MIN(a.seller) FROM d AS a)")
     assert sql.bound_predicate(bound, "42", "bigint") == "(p.id >= CAST('42' AS bigint))"
     # timestamps travel as epoch microseconds: no session time zone in between
-    assert sql.bound_predicate(bound, "1704067200000000", "timestamp") == \
-        "(p.id >= timestamp_micros(1704067200000000))"
+    assert (
+        sql.bound_predicate(bound, "1704067200000000", "timestamp")
+        == "(p.id >= timestamp_micros(1704067200000000))"
+    )
     assert sql.bound_predicate(bound, None, "bigint") == "false"  # an empty change
     assert sql.bound_predicate(bound, "x'y", "string") == "true"  # no literal risked
-    texts = sql.bound_texts("SELECT 1 AS v0, 2 AS v1, 3 AS v2",
-                            ["timestamp", "decimal(10,2)", "string"])
+    texts = sql.bound_texts(
+        "SELECT 1 AS v0, 2 AS v1, 3 AS v2", ["timestamp", "decimal(10,2)", "string"]
+    )
     assert "CAST(unix_micros(v0) AS STRING) AS v0" in texts
     assert "CAST(v1 AS STRING) AS v1" in texts and "CAST(NULL AS STRING) AS v2" in texts

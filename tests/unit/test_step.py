@@ -23,12 +23,23 @@ SRC = [("id", "bigint"), ("k", "bigint"), ("v", "bigint")]
 EVENTS = [("id", "bigint"), ("k", "bigint"), ("ts", "timestamp")]
 LINEAR = "select id, k, v * 10 as v10 from demo.src where k is not null"
 AGGREGATE = "select k, count(*) as n, sum(v) as total, max(v) as hi from demo.src group by k"
-STAGED = ("select s.id, a.n from demo.src s join "
-          "(select k, count(*) as n from demo.src group by k) a on s.k = a.k")
-LATE_WINDOW = ("select k, window(ts, '1 hour').start as ws, count(*) as n from demo.events "
-               "group by k, window(ts, '1 hour')")
-FAULT_POINTS = ["start", "before_state", "after_state", "before_hold", "before_quarantine",
-                "before_commit", "after_commit"]
+STAGED = (
+    "select s.id, a.n from demo.src s join "
+    "(select k, count(*) as n from demo.src group by k) a on s.k = a.k"
+)
+LATE_WINDOW = (
+    "select k, window(ts, '1 hour').start as ws, count(*) as n from demo.events "
+    "group by k, window(ts, '1 hour')"
+)
+FAULT_POINTS = [
+    "start",
+    "before_state",
+    "after_state",
+    "before_hold",
+    "before_quarantine",
+    "before_commit",
+    "after_commit",
+]
 
 VIEW = re.compile(r"^CREATE OR REPLACE TEMPORARY VIEW _streamsql_\w+?_[0-9a-f]{8}_(\w+) AS")
 CHECKPOINT = re.compile(r"^CHECKPOINT _streamsql_\w+?_[0-9a-f]{8}_(\w+) AS")
@@ -60,8 +71,9 @@ def role(statement: str) -> str:
         match = pattern.match(statement)
         if match:
             return f"{kind} {match.group(1).replace('`', '')}"
-    match = re.match(r"^(SET|RESET) spark\.databricks\.delta\.(?:commitInfo|write)\.(\w+)",
-                     statement)
+    match = re.match(
+        r"^(SET|RESET) spark\.databricks\.delta\.(?:commitInfo|write)\.(\w+)", statement
+    )
     if match:
         return f"{match.group(1).lower()} {match.group(2)}"
     match = re.match(r"^(SET|RESET) (\S+?)(=|$)", statement)
@@ -99,19 +111,32 @@ def steps_recorded(session: FakeSqlSession, table: str) -> List[int]:
 
 INPUT_AND_MODEL = ["history demo.src", "detail demo.src", "columns demo.src", "exists? demo"]
 COMMIT = ["set userMetadata", "set txnAppId", "set txnVersion"]
-COMMITTED = ["reset userMetadata", "reset txnAppId", "reset txnVersion",
-             "history demo.m"]  # the commit is this run's (and counts its rows)
+COMMITTED = [
+    "reset userMetadata",
+    "reset txnAppId",
+    "reset txnVersion",
+    "history demo.m",
+]  # the commit is this run's (and counts its rows)
 
 
 def test_a_linear_first_step_creates_the_model_and_appends_the_whole_input():
     session = new_session()
     result = run_step(session, model("m"), LINEAR)
     assert (result.step, result.plan, result.inserted) == (1, "linear", 3)
-    assert roles(session) == INPUT_AND_MODEL + [
-        "describe query",  # 2. the model's columns, for the plan
-        "set userMetadata", "create demo.m", "reset userMetadata",  # step 0's record
-        "query",  # 3. the input's rows, counted: a first step's change is the whole input
-    ] + COMMIT + ["insert demo.m"] + COMMITTED
+    assert (
+        roles(session)
+        == INPUT_AND_MODEL
+        + [
+            "describe query",  # 2. the model's columns, for the plan
+            "set userMetadata",
+            "create demo.m",
+            "reset userMetadata",  # step 0's record
+            "query",  # 3. the input's rows, counted: a first step's change is the whole input
+        ]
+        + COMMIT
+        + ["insert demo.m"]
+        + COMMITTED
+    )
     insert = next(s for s in session.statements if s.startswith("INSERT INTO `demo`.`m`"))
     assert "FROM `demo`.`src` VERSION AS OF 0" in insert  # read by the INSERT itself
 
@@ -124,11 +149,19 @@ def test_a_later_linear_step_over_appends_is_one_insert_of_the_change_feed():
     start = len(session.statements)
     result = run_step(session, model("m"), LINEAR)
     assert (result.step, result.changes_read, result.inserted, result.deleted) == (2, 5, 4, 0)
-    assert roles(session, start) == INPUT_AND_MODEL + [
-        "history demo.m",  # the model's last step record
-        "describe query",
-        "history demo.src", "history demo.src",  # the input's commits since: appends of 5 rows
-    ] + COMMIT + ["insert demo.m"] + COMMITTED
+    assert (
+        roles(session, start)
+        == INPUT_AND_MODEL
+        + [
+            "history demo.m",  # the model's last step record
+            "describe query",
+            "history demo.src",
+            "history demo.src",  # the input's commits since: appends of 5 rows
+        ]
+        + COMMIT
+        + ["insert demo.m"]
+        + COMMITTED
+    )
     insert = next(s for s in session.statements[start:] if s.startswith("INSERT"))
     assert "FROM table_changes('demo.src', 1, 1)" in insert and "GROUP BY" not in insert
     assert "raise_error(" in insert  # a row that is not an insert fails the step
@@ -144,11 +177,13 @@ def test_a_linear_step_with_deletions_nets_the_change_and_merges_it():
     result = run_step(session, model("m"), LINEAR)
     assert (result.changes_read, result.deleted) == (2, 2)
     steps = roles(session, start)
-    assert steps[-len(COMMITTED) - 1:] == ["merge demo.m"] + COMMITTED[:-1] + ["history demo.m"] \
-        or steps[-2:] == ["history demo.m", "release net"]
+    assert steps[-len(COMMITTED) - 1 :] == ["merge demo.m"] + COMMITTED[:-1] + [
+        "history demo.m"
+    ] or steps[-2:] == ["history demo.m", "release net"]
     assert "merge demo.m" in steps and "insert demo.m" not in steps
-    netted = [s for s in session.statements[start:]
-              if s.startswith("CHECKPOINT") and "_net AS" in s]
+    netted = [
+        s for s in session.statements[start:] if s.startswith("CHECKPOINT") and "_net AS" in s
+    ]
     assert len(netted) == 1 and "HAVING SUM(_streamsql_weight) <> 0" in netted[0]
     # the model's rows a whole-row MERGE may delete lie in the deleted rows' range of every
     # column: literal bounds on the target, computed with the change's counts in one query
@@ -180,21 +215,36 @@ def test_an_aggregate_step_commits_the_model_then_appends_its_state():
     assert result.plan == "aggregate"
     steps = roles(session, start)
     state, target = "demo.agg__streamsql_state", "demo.agg"
-    check = next(i for i, s in enumerate(session.statements[start:])
-                 if s.startswith("SELECT COUNT(*) AS n FROM") and " WHERE " in s)
-    order = [steps.index(r) for r in ("materialize group_delta", "materialize groups_old")] + [
-        check] + [steps.index(r) for r in ("materialize groups_new", "materialize net",
-                                           f"merge {target}", f"insert {state}")]
+    check = next(
+        i
+        for i, s in enumerate(session.statements[start:])
+        if s.startswith("SELECT COUNT(*) AS n FROM") and " WHERE " in s
+    )
+    order = (
+        [steps.index(r) for r in ("materialize group_delta", "materialize groups_old")]
+        + [check]
+        + [
+            steps.index(r)
+            for r in (
+                "materialize groups_new",
+                "materialize net",
+                f"merge {target}",
+                f"insert {state}",
+            )
+        ]
+    )
     assert order == sorted(order)  # (MIN/MAX: may a deleted value have been one? `check`)
     assert "materialize delta_0" not in steps  # the change feed is read once: inline
     # the MERGE by key reads only the checkpointed change: Delta need not copy it first
-    setting = next(i for i, s in enumerate(session.statements[start:])
-                   if "merge.materializeSource=none" in s)
+    setting = next(
+        i for i, s in enumerate(session.statements[start:]) if "merge.materializeSource=none" in s
+    )
     assert steps[setting + 1] == f"merge {target}", steps[setting:]
     # the state is read by step number (no version to pin), and the record names the state
     # append as the step's side write, which carries the record and an id of its own
-    checkpoints = {CHECKPOINT.match(s).group(1): s for s in session.statements[start:]
-                   if CHECKPOINT.match(s)}
+    checkpoints = {
+        CHECKPOINT.match(s).group(1): s for s in session.statements[start:] if CHECKPOINT.match(s)
+    }
     assert "WHERE _streamsql_step <= 1" in checkpoints["groups_old"]
     # read once: the new state and the output change start from the changed groups' old state
     assert "agg__streamsql_state" in checkpoints["groups_old"]
@@ -203,8 +253,9 @@ def test_an_aggregate_step_commits_the_model_then_appends_its_state():
     assert record.side_writes == ["__streamsql_state"]
     appended = session.commits(state)[-1]
     assert StepRecord.from_json(appended["userMetadata"]).step == 2
-    assert session.tables[state].txns == {f"streamsql:demo.agg:{record.incarnation}"
-                                          ":__streamsql_state": 2}
+    assert session.tables[state].txns == {
+        f"streamsql:demo.agg:{record.incarnation}:__streamsql_state": 2
+    }
 
 
 def test_state_tables_are_logs_appended_each_step_and_compacted_when_they_outgrow_the_groups():
@@ -214,13 +265,21 @@ def test_state_tables_are_logs_appended_each_step_and_compacted_when_they_outgro
     for _ in range(4):
         start = len(session.statements)
         run_step(session, model("agg"), AGGREGATE)
-        writes += [r for r in roles(session, start) if r.endswith(state)
-                   and r.split()[0] in ("insert", "overwrite", "merge")]
+        writes += [
+            r
+            for r in roles(session, start)
+            if r.endswith(state) and r.split()[0] in ("insert", "overwrite", "merge")
+        ]
         session.append_to("demo.src")
     # 3 live groups: after two appends of 3 changed groups each, the log has outgrown them,
     # and the fourth step compacts it (before it reads it) and then appends its own rows
-    assert writes == [f"insert {state}", f"insert {state}", f"insert {state}",
-                      f"overwrite {state}", f"insert {state}"]
+    assert writes == [
+        f"insert {state}",
+        f"insert {state}",
+        f"insert {state}",
+        f"overwrite {state}",
+        f"insert {state}",
+    ]
     record = StepRecord.from_json(session.commits("demo.agg")[-1]["userMetadata"])
     assert record.state_log == {"state": [3, 3, 1]} and record.state_layout == "log"
     compaction = [s for s in session.statements if s.startswith("INSERT OVERWRITE")][0]
@@ -256,9 +315,15 @@ def test_a_staged_step_maintains_the_stage_first_and_binds_it_as_an_input():
     assert result.plan == "linear" and "1 stage" in result.reason
     steps = roles(session, start)
     stage = "demo.st__streamsql_stage0"
-    order = [steps.index(r) for r in (
-        "materialize stage0_group_delta", "materialize stage0_net", "insert demo.st",
-        f"insert {stage}")]  # the stage only inserted: the model's change is appended
+    order = [
+        steps.index(r)
+        for r in (
+            "materialize stage0_group_delta",
+            "materialize stage0_net",
+            "insert demo.st",
+            f"insert {stage}",
+        )
+    ]  # the stage only inserted: the model's change is appended
     assert order == sorted(order)
     insert = next(s for s in session.statements[start:] if s.startswith("INSERT INTO `demo`.`st`"))
     assert "_streamsql_demo_st_" in insert and "_stage0_net" in insert
@@ -278,17 +343,29 @@ def test_a_lateness_step_commits_the_model_then_its_waterline_quarantine_and_sta
     result = run_step(session, settings, LATE_WINDOW)
     assert (result.late, result.waterline) == (2, {"ws": "2024-01-01 10:00:00"})
     steps = roles(session, start)
-    order = [steps.index(r) for r in (
-        "describe query", "create if missing demo.lw__late",
-        "create if missing demo.lw__waterline", "materialize group_delta",
-        "materialize classified", "merge demo.lw", "insert demo.lw__waterline",
-        "insert demo.lw__late", "insert demo.lw__streamsql_state")]
+    order = [
+        steps.index(r)
+        for r in (
+            "describe query",
+            "create if missing demo.lw__late",
+            "create if missing demo.lw__waterline",
+            "materialize group_delta",
+            "materialize classified",
+            "merge demo.lw",
+            "insert demo.lw__waterline",
+            "insert demo.lw__late",
+            "insert demo.lw__streamsql_state",
+        )
+    ]
     assert order == sorted(order)
     record = StepRecord.from_json(session.commits("demo.lw")[-1]["userMetadata"])
     assert record.side_writes == ["__waterline", "__late", "__streamsql_state"]
     # the state read skips final windows, except the one a late change touches
-    groups_old = next(s for s in session.statements[start:] if CHECKPOINT.match(s)
-                      and CHECKPOINT.match(s).group(1) == "groups_old")
+    groups_old = next(
+        s
+        for s in session.statements[start:]
+        if CHECKPOINT.match(s) and CHECKPOINT.match(s).group(1) == "groups_old"
+    )
     assert "IN (CAST('2024-01-01 08:00:00' AS timestamp))" in groups_old
 
 
@@ -301,16 +378,23 @@ def test_watermark_holds_and_releases_in_one_merge_then_flush_releases_everythin
     start = len(session.statements)
     result = run_step(session, settings, "select id, k, ts from demo.events")
     assert result.held == 2
-    (merge,) = [s for s in session.statements[start:]
-                if s.startswith("MERGE INTO `demo`.`wm__pending`")]
-    assert "WHEN MATCHED AND s._streamsql_release THEN UPDATE SET _streamsql_released_step = 2" \
-        in merge and "WHEN NOT MATCHED AND NOT s._streamsql_release THEN INSERT" in merge
+    (merge,) = [
+        s for s in session.statements[start:] if s.startswith("MERGE INTO `demo`.`wm__pending`")
+    ]
+    assert (
+        "WHEN MATCHED AND s._streamsql_release THEN UPDATE SET _streamsql_released_step = 2"
+        in merge
+        and "WHEN NOT MATCHED AND NOT s._streamsql_release THEN INSERT" in merge
+    )
     session.answers.held = 0
     start = len(session.statements)
     flushed = flush_step(session, settings)
     assert (flushed.plan, flushed.step, flushed.held) == ("flush", 3, 0)
-    candidates = next(s for s in session.statements[start:] if CHECKPOINT.match(s)
-                      and CHECKPOINT.match(s).group(1) == "candidates")
+    candidates = next(
+        s
+        for s in session.statements[start:]
+        if CHECKPOINT.match(s) and CHECKPOINT.match(s).group(1) == "candidates"
+    )
     assert "SELECT *, true AS _streamsql_release FROM" in candidates  # everything released
     assert StepRecord.from_json(session.commits("demo.wm")[-1]["userMetadata"]).flush
 
@@ -338,8 +422,9 @@ def test_a_retry_after_a_fault_completes_the_step_exactly_once(monkeypatch, kind
         source = "demo.events"
     else:
         session = new_session(("demo.events", EVENTS))
-        settings = model("f", watermark={"ts": "INTERVAL 10 MINUTES"},
-                         lateness={"ts": "INTERVAL 1 HOUR"})
+        settings = model(
+            "f", watermark={"ts": "INTERVAL 10 MINUTES"}, lateness={"ts": "INTERVAL 1 HOUR"}
+        )
         query, source = "select id, k, ts from demo.events", "demo.events"
     run_step(session, settings, query)
     session.append_to(source)
@@ -359,8 +444,15 @@ def test_a_retry_after_a_fault_completes_the_step_exactly_once(monkeypatch, kind
             if f"demo.f{suffix}" in session.tables:
                 assert 2 not in steps_recorded(session, f"demo.f{suffix}"), suffix
     monkeypatch.delenv(FAULT_INJECTION_ENV)
-    missing = [suffix for suffix in record.side_writes
-               if 2 not in steps_recorded(session, f"demo.f{suffix}")] if committed else []
+    missing = (
+        [
+            suffix
+            for suffix in record.side_writes
+            if 2 not in steps_recorded(session, f"demo.f{suffix}")
+        ]
+        if committed
+        else []
+    )
 
     start = len(session.statements)
     result = run_step(session, settings, query)
@@ -379,10 +471,13 @@ def test_a_retry_after_a_fault_completes_the_step_exactly_once(monkeypatch, kind
     assert computed == (not committed or bool(missing)), (missing, computed)
 
 
-@pytest.mark.parametrize("delta_error", [
-    "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict detected.",
-    "[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table ('`demo`.`m`').",
-])
+@pytest.mark.parametrize(
+    "delta_error",
+    [
+        "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict detected.",
+        "[DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION] Cannot create table ('`demo`.`m`').",
+    ],
+)
 def test_another_run_writing_the_same_tables_is_a_clean_error(delta_error):
     """Two first steps at once over a Thrift Server: the slower one's write is refused."""
     session = new_session()

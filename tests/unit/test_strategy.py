@@ -37,19 +37,24 @@ def test_strategy_recompute_recomputes_every_step_and_keeps_no_state():
 
 def test_an_unknown_strategy_names_the_choices():
     settings = ModelSettings(name="m", schema="demo", identifier="m", strategy="fast")
-    with pytest.raises(StepError, match="config strategy = 'fast' is not one of auto, "
-                                        "incremental, recompute"):
+    with pytest.raises(
+        StepError, match="config strategy = 'fast' is not one of auto, incremental, recompute"
+    ):
         run_step(session_with_source(MIB), settings, LINEAR)
 
 
-@pytest.mark.parametrize("strategy, input_mib, change_mib, recomputed", [
-    ("auto", 100, 150, True),  # the inputs changed by more than half of what they hold
-    ("auto", 200, 20, False),  # a small change: incremental
-    ("auto", 10, 10, False),  # small inputs: a step costs its fixed cost either way
-    ("incremental", 200, 150, False),  # the config says never
-])
+@pytest.mark.parametrize(
+    "strategy, input_mib, change_mib, recomputed",
+    [
+        ("auto", 100, 150, True),  # the inputs changed by more than half of what they hold
+        ("auto", 200, 20, False),  # a small change: incremental
+        ("auto", 10, 10, False),  # small inputs: a step costs its fixed cost either way
+        ("incremental", 200, 150, False),  # the config says never
+    ],
+)
 def test_a_stateless_step_recomputes_when_its_change_is_as_large_as_its_inputs(
-        strategy, input_mib, change_mib, recomputed):
+    strategy, input_mib, change_mib, recomputed
+):
     session = session_with_source(input_mib * MIB)
     settings = ModelSettings(name="m", schema="demo", identifier="m", strategy=strategy)
     run_step(session, settings, LINEAR)
@@ -61,8 +66,10 @@ def test_a_stateless_step_recomputes_when_its_change_is_as_large_as_its_inputs(
     notes = [note for note in result.notes if note.startswith("recomputed this step")]
     assert bool(notes) == recomputed
     if recomputed:
-        assert notes[0] == (f"recomputed this step: its inputs changed by {change_mib:.1f} "
-                            f"MiB, at least 50% of their {input_mib + change_mib:.1f} MiB")
+        assert notes[0] == (
+            f"recomputed this step: its inputs changed by {change_mib:.1f} "
+            f"MiB, at least 50% of their {input_mib + change_mib:.1f} MiB"
+        )
         assert result.log_line().endswith(notes[0])
 
 

@@ -14,16 +14,33 @@ from dbt.adapters.streamsql.planning.types import (
     sum_type,
 )
 
-EVENTS = InputTable("demo.events", (Column("id", "bigint"), Column("ts", "timestamp"),
-                                    Column("price", "decimal(10,2)"), Column("w", "double")))
+EVENTS = InputTable(
+    "demo.events",
+    (
+        Column("id", "bigint"),
+        Column("ts", "timestamp"),
+        Column("price", "decimal(10,2)"),
+        Column("w", "double"),
+    ),
+)
 
 
-@pytest.mark.parametrize("data_type, kind", [
-    ("int", INTEGRAL), ("BIGINT", INTEGRAL), ("long", INTEGRAL), ("double", FRACTIONAL),
-    ("float", FRACTIONAL), ("decimal(10,2)", DECIMAL), ("decimal", DECIMAL),
-    ("numeric(5)", DECIMAL),
-    ("string", None), ("timestamp", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "data_type, kind",
+    [
+        ("int", INTEGRAL),
+        ("BIGINT", INTEGRAL),
+        ("long", INTEGRAL),
+        ("double", FRACTIONAL),
+        ("float", FRACTIONAL),
+        ("decimal(10,2)", DECIMAL),
+        ("decimal", DECIMAL),
+        ("numeric(5)", DECIMAL),
+        ("string", None),
+        ("timestamp", None),
+        (None, None),
+    ],
+)
 def test_numeric_kind_of_a_type_name(data_type, kind):
     assert numeric_kind_of_type(data_type) == kind
 
@@ -51,13 +68,29 @@ def oracle_and_projections(sql: str):
 def test_types_of_columns_windows_and_what_a_derived_table_passes_through():
     oracle, projections = oracle_and_projections(
         "select id, window(ts, '1 hour'), x.p, x.q, (price) "
-        "from demo.events join (select price as p, price * 2 as q from demo.events) x on true")
+        "from demo.events join (select price as p, price * 2 as q from demo.events) x on true"
+    )
     assert [oracle.type_of(p) for p in projections] == [
-        "bigint", "struct<start:timestamp,end:timestamp>", "decimal(10,2)", None, "decimal(10,2)"]
+        "bigint",
+        "struct<start:timestamp,end:timestamp>",
+        "decimal(10,2)",
+        None,
+        "decimal(10,2)",
+    ]
 
 
 def test_numeric_kinds_of_literals_and_arithmetic():
     oracle, projections = oracle_and_projections(
-        "select 1, 1.5, 1e3, id + 1, id / 2, price * id, w - 1, -id, upper('a') from demo.events")
+        "select 1, 1.5, 1e3, id + 1, id / 2, price * id, w - 1, -id, upper('a') from demo.events"
+    )
     assert [oracle.numeric_kind(p) for p in projections] == [
-        INTEGRAL, DECIMAL, FRACTIONAL, INTEGRAL, FRACTIONAL, DECIMAL, FRACTIONAL, INTEGRAL, None]
+        INTEGRAL,
+        DECIMAL,
+        FRACTIONAL,
+        INTEGRAL,
+        FRACTIONAL,
+        DECIMAL,
+        FRACTIONAL,
+        INTEGRAL,
+        None,
+    ]

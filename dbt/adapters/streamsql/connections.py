@@ -156,8 +156,11 @@ class ThriftConnectionWrapper(PyhiveConnectionWrapper):
         started = time.monotonic()
         wait = THRIFT_FIRST_POLL
         status = self._cursor.poll()
-        pending = (TOperationState.INITIALIZED_STATE, TOperationState.PENDING_STATE,
-                   TOperationState.RUNNING_STATE)
+        pending = (
+            TOperationState.INITIALIZED_STATE,
+            TOperationState.PENDING_STATE,
+            TOperationState.RUNNING_STATE,
+        )
         while status.operationState in pending:
             if self.query_timeout is not None and time.monotonic() - started > self.query_timeout:
                 raise DbtRuntimeError(f"Query exceeded timeout of {self.query_timeout} seconds")
@@ -167,8 +170,9 @@ class ThriftConnectionWrapper(PyhiveConnectionWrapper):
         if status.errorMessage:
             raise DbtDatabaseError(status.errorMessage)
         if status.operationState != TOperationState.FINISHED_STATE:
-            state = TOperationState._VALUES_TO_NAMES.get(status.operationState,
-                                                         repr(status.operationState))
+            state = TOperationState._VALUES_TO_NAMES.get(
+                status.operationState, repr(status.operationState)
+            )
             raise DbtDatabaseError(f"Query failed with status: {state}")
 
 
@@ -203,7 +207,8 @@ class StreamSQLConnectionManager(SparkConnectionManager):
         connection.credentials = dataclasses.replace(
             profile_credentials,
             server_side_parameters=thrift_session_configuration(
-                profile_credentials.server_side_parameters),
+                profile_credentials.server_side_parameters
+            ),
         )
         try:
             super().open(connection)
@@ -212,6 +217,9 @@ class StreamSQLConnectionManager(SparkConnectionManager):
         opened = connection.handle
         if isinstance(opened, PyhiveConnectionWrapper):
             connection.handle = ThriftConnectionWrapper(
-                opened.handle, poll_interval=opened.poll_interval,
-                query_timeout=opened.query_timeout, query_retries=opened.query_retries)
+                opened.handle,
+                poll_interval=opened.poll_interval,
+                query_timeout=opened.query_timeout,
+                query_retries=opened.query_retries,
+            )
         return connection

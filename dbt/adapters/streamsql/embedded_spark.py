@@ -51,8 +51,9 @@ def delta_maven_coordinate() -> str:
 def resolved_jars_file(coordinate: str) -> str:
     """Where the jar files Ivy resolved for `coordinate` are listed after a first start."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "dbt-streamsql", re.sub(r"[^A-Za-z0-9_.-]", "_", coordinate)
-                        + ".jars")
+    return os.path.join(
+        cache, "dbt-streamsql", re.sub(r"[^A-Za-z0-9_.-]", "_", coordinate) + ".jars"
+    )
 
 
 def cached_jars(coordinate: str) -> Optional[str]:
@@ -126,8 +127,7 @@ class SessionSettings:
             ),
             # The JVM in UTC like the SQL session: on a JVM in another time zone Delta rebuilds
             # a small table's list of files after each commit instead of updating it.
-            "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse} "
-                                             "-Duser.timezone=UTC",
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse} -Duser.timezone=UTC",
             # Tables created without a USING clause are Delta tables, with the change feed on.
             "spark.sql.sources.default": "delta",
             "spark.sql.legacy.createHiveTableByDefault": "false",

@@ -72,8 +72,9 @@ def _as_list(value: Any) -> List[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def model_settings(relation: BaseRelation, config: Dict[str, Any],
-                   full_refresh: bool) -> ModelSettings:
+def model_settings(
+    relation: BaseRelation, config: Dict[str, Any], full_refresh: bool
+) -> ModelSettings:
     """What a step needs to know of a model: its table and the configs it obeys.
 
     Raises:
@@ -110,21 +111,26 @@ def errors_as_dbt_errors() -> Iterator[None]:
         raise DbtRuntimeError(str(exc)) from exc
 
 
-def write_statements(write: Optional[Callable[[str], Any]], session: AdapterSqlSession,
-                     relation: BaseRelation, outcome: str) -> None:
+def write_statements(
+    write: Optional[Callable[[str], Any]],
+    session: AdapterSqlSession,
+    relation: BaseRelation,
+    outcome: str,
+) -> None:
     """The statements a step sent, for `target/run/` (dbt's `write`); a failure to write them is
     a warning: it must not hide what the step did or why it failed."""
     if write is None:
         return
-    header = [f"dbt-streamsql: incremental_view {relation}: {outcome}",
-              f"The {len(session.trace.entries)} statements this run sent to Spark, in order, "
-              "as dbt.log logs them,",
-              "each after a comment of its role. The model's SELECT is in target/compiled/."]
+    header = [
+        f"dbt-streamsql: incremental_view {relation}: {outcome}",
+        f"The {len(session.trace.entries)} statements this run sent to Spark, in order, "
+        "as dbt.log logs them,",
+        "each after a comment of its role. The model's SELECT is in target/compiled/.",
+    ]
     try:
         write(session.trace.script(header))
     except Exception as error:  # a file not written is not the step's failure
-        logger.warning(f"{relation}: could not write the step's statements to target/run/: "
-                       f"{error}")
+        logger.warning(f"{relation}: could not write the step's statements to target/run/: {error}")
 
 
 def step_response(result: StepResult) -> StepResponse:
@@ -179,7 +185,11 @@ class StreamSQLAdapter(SparkAdapter):
 
     @available
     def streamsql_step(
-        self, relation: BaseRelation, compiled_sql: str, config: Any, full_refresh: bool,
+        self,
+        relation: BaseRelation,
+        compiled_sql: str,
+        config: Any,
+        full_refresh: bool,
         side_table_macros: Optional[Mapping[str, Any]] = None,
         write: Optional[Callable[[str], Any]] = None,
     ) -> StepResponse:
@@ -197,8 +207,13 @@ class StreamSQLAdapter(SparkAdapter):
         try:
             with errors_as_dbt_errors():
                 model = model_settings(relation, config, bool(full_refresh))
-                result = run_step(session, model, compiled_sql, log=logger.info,
-                                  side_sql=self._side_table_sql(side_table_macros))
+                result = run_step(
+                    session,
+                    model,
+                    compiled_sql,
+                    log=logger.info,
+                    side_sql=self._side_table_sql(side_table_macros),
+                )
         except Exception as error:
             message = getattr(error, "msg", None) or str(error)  # dbt's errors: without a title
             lines = str(message).strip().splitlines() or [type(error).__name__]
@@ -208,13 +223,21 @@ class StreamSQLAdapter(SparkAdapter):
         return step_response(result)
 
     @available
-    def streamsql_flush(self, relation: BaseRelation, config: Any,
-                        side_table_macros: Optional[Mapping[str, Any]] = None) -> StepResponse:
+    def streamsql_flush(
+        self,
+        relation: BaseRelation,
+        config: Any,
+        side_table_macros: Optional[Mapping[str, Any]] = None,
+    ) -> StepResponse:
         """Release everything the model's WATERMARK holds (the `streamsql_flush` operation)."""
         with errors_as_dbt_errors():
             model = model_settings(relation, dict(config or {}), full_refresh=False)
-            result = flush_step(AdapterSqlSession(self), model, log=logger.info,
-                                side_sql=self._side_table_sql(side_table_macros))
+            result = flush_step(
+                AdapterSqlSession(self),
+                model,
+                log=logger.info,
+                side_sql=self._side_table_sql(side_table_macros),
+            )
         return step_response(result)
 
     def _side_table_sql(self, macros: Optional[Mapping[str, Any]]) -> Optional[SideTableSql]:
@@ -224,9 +247,12 @@ class StreamSQLAdapter(SparkAdapter):
             return None
         with errors_as_dbt_errors():
             call = side_tables.dbt_macros(macros)
-        return SideTableSql(call, lambda schema, identifier: self.Relation.create(
-            schema=schema, identifier=identifier, type="table").quote(schema=True,
-                                                                     identifier=True))
+        return SideTableSql(
+            call,
+            lambda schema, identifier: self.Relation.create(
+                schema=schema, identifier=identifier, type="table"
+            ).quote(schema=True, identifier=True),
+        )
 
     @available
     def streamsql_explain(self, relation: BaseRelation, compiled_sql: str, config: Any) -> str:

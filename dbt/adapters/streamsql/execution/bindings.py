@@ -38,8 +38,14 @@ class Bindings:
         self._defined: Dict[str, Relation] = {}
         self._bound: Dict[str, str] = {}  # placeholder -> the text that replaces it
 
-    def define(self, placeholder: str, label: str, select: str, how: str = INLINE,
-               role: Optional[str] = None) -> None:
+    def define(
+        self,
+        placeholder: str,
+        label: str,
+        select: str,
+        how: str = INLINE,
+        role: Optional[str] = None,
+    ) -> None:
         """What `placeholder` stands for; made readable on first use (`bind`)."""
         self._bound.pop(placeholder, None)
         self._defined[placeholder] = Relation(label, select, how, role)

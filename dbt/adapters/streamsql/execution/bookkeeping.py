@@ -55,9 +55,15 @@ def last_step(ctx: StepContext) -> Optional[StepRecord]:
     return previous
 
 
-def prepare_target(ctx: StepContext, plan: StepPlan, inputs: Sequence[InputState],
-                   output_columns: Sequence[Column], fingerprint: str,
-                   rules: "EventTimeRules", last: Optional[StepRecord]) -> StepRecord:
+def prepare_target(
+    ctx: StepContext,
+    plan: StepPlan,
+    inputs: Sequence[InputState],
+    output_columns: Sequence[Column],
+    fingerprint: str,
+    rules: "EventTimeRules",
+    last: Optional[StepRecord],
+) -> StepRecord:
     """The record the step continues from; (re)creates the model's tables when `last` is None
     (a first or full-refresh run, see `last_step`)."""
     model = ctx.model
@@ -74,17 +80,34 @@ def prepare_target(ctx: StepContext, plan: StepPlan, inputs: Sequence[InputState
         return last
     # Step 0: empty tables; the first step then reads every input in full.
     create_event_time_tables(ctx, output_columns, rules, replace=True)
-    record = StepRecord(step=0, run_id=ctx.run_id, sql_fingerprint=fingerprint,
-                        incarnation=ctx.run_id, state_layout=STATE_LAYOUT,
-                        emit_final=bool(model.emit_final))
+    record = StepRecord(
+        step=0,
+        run_id=ctx.run_id,
+        sql_fingerprint=fingerprint,
+        incarnation=ctx.run_id,
+        state_layout=STATE_LAYOUT,
+        emit_final=bool(model.emit_final),
+    )
     views = describe_views(inputs, plan.stages)
     for name, aggregate in state_aggregates(plan):
         create_state_table(ctx, model.table(f"__streamsql_{name}"), aggregate, views)
         record.state_tables.append(name)
     with ctx.role(f"create the model's table {model.target}, empty (step 0)"):
-        with_record(ctx, record, lambda: ctx.session.run(sql.create_table(
-            model.target, output_columns, model.tblproperties, model.partition_by,
-            model.cluster_by, model.location)), idempotent=False)
+        with_record(
+            ctx,
+            record,
+            lambda: ctx.session.run(
+                sql.create_table(
+                    model.target,
+                    output_columns,
+                    model.tblproperties,
+                    model.partition_by,
+                    model.cluster_by,
+                    model.location,
+                )
+            ),
+            idempotent=False,
+        )
     return record
 
 
@@ -121,8 +144,9 @@ def target_exists(ctx: StepContext) -> bool:
     return ctx.delta_log.exists(ctx.model.target_name)
 
 
-def create_event_time_tables(ctx: StepContext, output_columns: Sequence[Column],
-                             rules: "EventTimeRules", replace: bool) -> None:
+def create_event_time_tables(
+    ctx: StepContext, output_columns: Sequence[Column], rules: "EventTimeRules", replace: bool
+) -> None:
     """`__late` and `__waterline` for LATENESS, `__pending` for WATERMARK: their columns decided
     here, their CREATE statements made by the package's macros (side_tables.py)."""
     model = ctx.model
@@ -130,43 +154,63 @@ def create_event_time_tables(ctx: StepContext, output_columns: Sequence[Column],
     if rules.lateness:
         tables += [
             (side.LATE, "__late", late.late_table_columns(output_columns), "LATENESS quarantine"),
-            (side.WATERLINE, "__waterline", list(late.WATERLINE_COLUMNS),
-             "LATENESS waterlines"),
+            (side.WATERLINE, "__waterline", list(late.WATERLINE_COLUMNS), "LATENESS waterlines"),
         ]
     if rules.watermark:
-        tables.append((side.PENDING, "__pending",
-                       list(output_columns) + list(wm.PENDING_COLUMNS), "WATERMARK held changes"))
+        tables.append(
+            (
+                side.PENDING,
+                "__pending",
+                list(output_columns) + list(wm.PENDING_COLUMNS),
+                "WATERMARK held changes",
+            )
+        )
     for kind, suffix, columns, what in tables:
-        statement = ctx.side_sql.create_table(kind, model.schema, model.identifier + suffix,
-                                              columns, replace)
+        statement = ctx.side_sql.create_table(
+            kind, model.schema, model.identifier + suffix, columns, replace
+        )
         how = "empty" if replace else "if missing"
         with ctx.role(f"create the {what} {model.table(suffix)}, {how}"):
             ctx.session.run(statement)
     pending = model.table_name("__pending")
-    if rules.watermark and not replace and wm.HELD_ID not in {
-            c.name for c in ctx.delta_log.snapshot(pending).columns}:
-        ctx.log(f"{model.name}: giving the rows of {pending} ids (made by an earlier "
-                "dbt-streamsql)")
+    if (
+        rules.watermark
+        and not replace
+        and wm.HELD_ID not in {c.name for c in ctx.delta_log.snapshot(pending).columns}
+    ):
+        ctx.log(
+            f"{model.name}: giving the rows of {pending} ids (made by an earlier dbt-streamsql)"
+        )
         with ctx.role(f"give the rows of {model.pending_table} ids"):
             for statement in wm.ids_missing(model.pending_table):
                 ctx.session.run(statement)
 
 
-def create_state_table(ctx: StepContext, table: str, aggregate: AggregatePlan,
-                       describe_views: Mapping[str, str]) -> None:
+def create_state_table(
+    ctx: StepContext, table: str, aggregate: AggregatePlan, describe_views: Mapping[str, str]
+) -> None:
     """An empty state table for `aggregate`: its state columns and the step that wrote a row."""
     declared = list(aggregate.state_columns)
     if not all(c.data_type for c in declared):  # types the planner could not infer
         unbounded = {bound.name: "true" for bound in aggregate.bounds}
         with ctx.role(f"the types of the state columns of {table}"):
-            described = {c.name: c.data_type for c in describe_query(
-                ctx.session, sql.bind_placeholders(aggregate.delta_sql,
-                                                   {**describe_views, **unbounded}))}
+            described = {
+                c.name: c.data_type
+                for c in describe_query(
+                    ctx.session,
+                    sql.bind_placeholders(aggregate.delta_sql, {**describe_views, **unbounded}),
+                )
+            }
         declared = [Column(c.name, c.data_type or described[c.name]) for c in declared]
     # Internal: nobody reads its change feed, so its writes need not write one.
     with ctx.role(f"create the state table {table}, empty"):
-        ctx.session.run(sql.create_table(table, declared + [Column(sql.STEP, "bigint")],
-                                         {"delta.enableChangeDataFeed": "false"}))
+        ctx.session.run(
+            sql.create_table(
+                table,
+                declared + [Column(sql.STEP, "bigint")],
+                {"delta.enableChangeDataFeed": "false"},
+            )
+        )
 
 
 def state_aggregates(plan: StepPlan) -> List[Tuple[str, AggregatePlan]]:
@@ -195,8 +239,9 @@ def require_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord)
         )
 
 
-def compact_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord,
-                         record: StepRecord) -> None:
+def compact_state_tables(
+    ctx: StepContext, plan: StepPlan, previous: StepRecord, record: StepRecord
+) -> None:
     """Rewrite each state table whose appended rows outnumber its live groups (or that was
     appended to COMPACT_AFTER_STEPS times) as one row per live group, before the step reads it.
 
@@ -209,11 +254,15 @@ def compact_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord,
             continue
         table = ctx.model.table(f"__streamsql_{name}")
         keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
-        statement = sql.compact_state(table, previous.step, keys, aggregate.state_columns,
-                                      sql.time_first(keys))
+        statement = sql.compact_state(
+            table, previous.step, keys, aggregate.state_columns, sql.time_first(keys)
+        )
         with ctx.role(f"compact the state table {table}: one row per live group"):
-            with_settings(ctx, [("spark.sql.files.maxRecordsPerFile", "250000")],
-                          lambda: ctx.session.run(statement))
+            with_settings(
+                ctx,
+                [("spark.sql.files.maxRecordsPerFile", "250000")],
+                lambda: ctx.session.run(statement),
+            )
         written = ctx.delta_log.recent_commits(table, 1)[0]
         record.state_log[name] = [int(written.metrics.get("numOutputRows", 0)), 0, 0]
 
@@ -224,8 +273,7 @@ def unfinished_side_writes(ctx: StepContext, last: StepRecord) -> List[str]:
     for suffix in last.side_writes:
         with ctx.role(f"did step {last.step} write {ctx.model.table(suffix)}?"):
             written, _ = newest_record(ctx, ctx.model.table_name(suffix))
-        if written is None or written.incarnation != last.incarnation \
-                or written.step < last.step:
+        if written is None or written.incarnation != last.incarnation or written.step < last.step:
             missing.append(suffix)
     return missing
 
@@ -253,8 +301,13 @@ def record_before(ctx: StepContext, last: StepRecord) -> Tuple[StepRecord, int]:
     )
 
 
-def with_record(ctx: StepContext, record: StepRecord, write: Callable[[], Any],
-                idempotent: bool, table: str = "") -> None:
+def with_record(
+    ctx: StepContext,
+    record: StepRecord,
+    write: Callable[[], Any],
+    idempotent: bool,
+    table: str = "",
+) -> None:
     """Run writing statements whose Delta commits carry the step record.
 
     `idempotent`: also Delta's txnAppId/txnVersion, so that a second commit of the same step
@@ -268,8 +321,9 @@ def with_record(ctx: StepContext, record: StepRecord, write: Callable[[], Any],
     with_settings(ctx, settings, write)
 
 
-def with_settings(ctx: StepContext, settings: Sequence[Tuple[str, str]],
-                  run: Callable[[], Any]) -> None:
+def with_settings(
+    ctx: StepContext, settings: Sequence[Tuple[str, str]], run: Callable[[], Any]
+) -> None:
     """Run with session settings that are reset afterwards, whatever happens."""
     for key, value in settings:
         ctx.session.run(sql.set_conf(key, value))

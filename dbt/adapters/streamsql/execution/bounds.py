@@ -35,16 +35,19 @@ def bound_predicates(ctx: StepContext, bounds: Sequence[KeyBound]) -> List[str]:
     """Each bound's predicate with its value computed now, as a literal (one query)."""
     values = ctx.bindings.bind(sql.bound_values(bounds))
     with ctx.role("key bounds: the types of the change's MIN and MAX"):
-        types = [row["data_type"]
-                 for row in describe_rows(ctx.session, f"DESCRIBE QUERY {values}")]
+        types = [row["data_type"] for row in describe_rows(ctx.session, f"DESCRIBE QUERY {values}")]
     with ctx.role("key bounds: the change's MIN and MAX, as literals"):
         texts = ctx.session.query(sql.bound_texts(values, types))[0]
-    return [sql.bound_predicate(bound, texts[f"v{i}"], types[i])
-            for i, bound in enumerate(bounds)]
+    return [sql.bound_predicate(bound, texts[f"v{i}"], types[i]) for i, bound in enumerate(bounds)]
 
 
-def key_ranges(ctx: StepContext, columns: Sequence[Column], change: str, alias: str,
-               also: Optional[Dict[str, str]] = None) -> Tuple[List[str], Dict[str, Any]]:
+def key_ranges(
+    ctx: StepContext,
+    columns: Sequence[Column],
+    change: str,
+    alias: str,
+    also: Optional[Dict[str, str]] = None,
+) -> Tuple[List[str], Dict[str, Any]]:
     """Predicates over rows aliased `alias` holding every key a change holds (NULLs too).
 
     For each key column with an orderable part (`statements.orderable_part`): its range over

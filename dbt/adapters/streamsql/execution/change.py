@@ -71,8 +71,9 @@ def placeholder_reads(plan: StepPlan) -> Counter:
     return reads
 
 
-def stage_change(ctx: StepContext, stage: StagePlan,
-                 previous: StepRecord) -> Tuple[int, StateWrite]:
+def stage_change(
+    ctx: StepContext, stage: StagePlan, previous: StepRecord
+) -> Tuple[int, StateWrite]:
     """Bind a stage's placeholders (its result before and after the step, and the change).
 
     Returns how many rows of the stage's change are removals, and the write of its state.
@@ -86,24 +87,35 @@ def stage_change(ctx: StepContext, stage: StagePlan,
     # Temporary views, not inline: Spark's optimizer fails on some queries that read the union
     # of `state_after` written inline (an internal "key not found" when it rewrites the union's
     # constraints), and planning a view once costs less than planning it in every statement.
-    whole_state = ctx.views.view(f"{label}whole_state", state,
-                                 f"{stage.name}: its whole state before the step")
-    state_after = ctx.views.view(f"{label}state_after", sql.state_after(
-        whole_state, groups.new, group_columns(aggregate)),
-        f"{stage.name}: its whole state after the step")
+    whole_state = ctx.views.view(
+        f"{label}whole_state", state, f"{stage.name}: its whole state before the step"
+    )
+    state_after = ctx.views.view(
+        f"{label}state_after",
+        sql.state_after(whole_state, groups.new, group_columns(aggregate)),
+        f"{stage.name}: its whole state after the step",
+    )
     columns = sql.column_list(stage.columns)
-    for version, placeholder, state_view in (("old", old_input(position), whole_state),
-                                             ("new", new_input(position), state_after)):
+    for version, placeholder, state_view in (
+        ("old", old_input(position), whole_state),
+        ("new", new_input(position), state_after),
+    ):
         output = sql.bind_placeholders(aggregate.output_sql, {GROUPS: state_view})
         when = "before" if version == "old" else "after"
-        ctx.bindings.set(placeholder, ctx.views.view(
-            f"{label}{version}", f"SELECT {columns} FROM ({output})",
-            f"{stage.name}: its rows {when} the step, read like an input's"))
+        ctx.bindings.set(
+            placeholder,
+            ctx.views.view(
+                f"{label}{version}",
+                f"SELECT {columns} FROM ({output})",
+                f"{stage.name}: its rows {when} the step, read like an input's",
+            ),
+        )
     ctx.bindings.set(delta_input(position), net)
     with ctx.role(f"{stage.name}: count the removals in its change"):
         removals = int(ctx.session.query(sql.count_changes(net))[0]["removals"])
-    return removals, StateWrite(table, f"__streamsql_{stage.name}", aggregate, groups,
-                                fresh=previous.step == 0)
+    return removals, StateWrite(
+        table, f"__streamsql_{stage.name}", aggregate, groups, fresh=previous.step == 0
+    )
 
 
 def linear_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
@@ -124,8 +136,13 @@ def linear_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
     reads = ctx.bindings.reads(change_sql)
     if monotonic and ctx.inserts_only:
         return ModelChange(change, appends=True, reads=reads)
-    return ModelChange(ctx.views.materialize("net", sql.consolidate(change, plan.output_columns),
-                                             with_reads("net change of the model", reads)))
+    return ModelChange(
+        ctx.views.materialize(
+            "net",
+            sql.consolidate(change, plan.output_columns),
+            with_reads("net change of the model", reads),
+        )
+    )
 
 
 def with_reads(role: str, reads: str) -> str:
@@ -138,17 +155,28 @@ def recompute_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
     version = ctx.target_version
     if version is None:
         version = ctx.latest_version(ctx.model.target_name)
-    ctx.bindings.define(TARGET, "target", sql.input_as_of(ctx.model.target, version),
-                        role=f"the model's table as of version {version}")
+    ctx.bindings.define(
+        TARGET,
+        "target",
+        sql.input_as_of(ctx.model.target, version),
+        role=f"the model's table as of version {version}",
+    )
     change = inline(ctx.bindings.bind(plan.change_sql or ""))
-    return ModelChange(ctx.views.materialize(
-        "net", sql.consolidate(change, plan.output_columns), with_reads(
-            "net change of the model: its query recomputed, minus its table",
-            ctx.bindings.reads(plan.change_sql or ""))))
+    return ModelChange(
+        ctx.views.materialize(
+            "net",
+            sql.consolidate(change, plan.output_columns),
+            with_reads(
+                "net change of the model: its query recomputed, minus its table",
+                ctx.bindings.reads(plan.change_sql or ""),
+            ),
+        )
+    )
 
 
-def aggregate_change(ctx: StepContext, plan: StepPlan, previous: StepRecord,
-                     lateness: Sequence[late.LatenessRule]) -> Tuple[ModelChange, StateWrite]:
+def aggregate_change(
+    ctx: StepContext, plan: StepPlan, previous: StepRecord, lateness: Sequence[late.LatenessRule]
+) -> Tuple[ModelChange, StateWrite]:
     """The top aggregate's change to the model, and the write of its state."""
     aggregate = plan.aggregate
     assert aggregate is not None
@@ -156,15 +184,26 @@ def aggregate_change(ctx: StepContext, plan: StepPlan, previous: StepRecord,
     groups = changed_groups(ctx, "", aggregate, state, lateness, previous.waterline)
     # The table starts empty, even where the query's old output is not (a global aggregate
     # has one row over no input): on the first step there is nothing to delete.
-    net = output_change(ctx, "", aggregate, groups, plan.output_columns,
-                        nothing_before=previous.step == 0)
-    return (ModelChange(net), StateWrite(ctx.model.state_table, "__streamsql_state", aggregate,
-                                         groups, fresh=previous.step == 0))
+    net = output_change(
+        ctx, "", aggregate, groups, plan.output_columns, nothing_before=previous.step == 0
+    )
+    return (
+        ModelChange(net),
+        StateWrite(
+            ctx.model.state_table, "__streamsql_state", aggregate, groups, fresh=previous.step == 0
+        ),
+    )
 
 
-def final_groups_change(ctx: StepContext, aggregate: AggregatePlan, state: StateWrite,
-                        final: Sequence[emit.FinalColumn], previous: StepRecord,
-                        record: StepRecord, columns: Sequence[Column]) -> ModelChange:
+def final_groups_change(
+    ctx: StepContext,
+    aggregate: AggregatePlan,
+    state: StateWrite,
+    final: Sequence[emit.FinalColumn],
+    previous: StepRecord,
+    record: StepRecord,
+    columns: Sequence[Column],
+) -> ModelChange:
     """emit_final: the groups this step makes final, inserted with their values after the
     step (emit_final.py); the change computed before only decided lateness and waterlines."""
     condition = emit.newly_final(final, record.waterline, previous.waterline)
@@ -174,10 +213,12 @@ def final_groups_change(ctx: StepContext, aggregate: AggregatePlan, state: State
     before = state_before(ctx.model.state_table, previous.step, aggregate)
     # Views, as stage_change has them: Spark's optimizer fails on some queries reading the
     # union of a state written inline.
-    chosen = ctx.views.view("final_before", f"SELECT * FROM ({before}) AS {GROUP_ALIAS} "
-                                            f"WHERE {condition}")
-    new = ctx.views.view("final_new", f"SELECT * FROM {state.groups.new} AS {GROUP_ALIAS} "
-                                      f"WHERE {condition}")
+    chosen = ctx.views.view(
+        "final_before", f"SELECT * FROM ({before}) AS {GROUP_ALIAS} WHERE {condition}"
+    )
+    new = ctx.views.view(
+        "final_new", f"SELECT * FROM {state.groups.new} AS {GROUP_ALIAS} WHERE {condition}"
+    )
     after = ctx.views.view("final_after", sql.state_after(chosen, new, groups))
     rows = emit.rows_of_groups(aggregate, after, columns)
     return ModelChange(ctx.views.materialize("final", sql.consolidate(inline(rows), columns)))

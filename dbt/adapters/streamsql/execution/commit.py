@@ -82,7 +82,7 @@ class StateWrite:
 
     @property
     def name(self) -> str:  # the state table's name in the step record ("state", "stage0")
-        return self.suffix[len("__streamsql_"):]
+        return self.suffix[len("__streamsql_") :]
 
 
 @dataclass
@@ -122,8 +122,9 @@ class StepWrites:
         return tables + [write.suffix for write in self.state if write.groups.count]
 
 
-def merge_key(plan: StepPlan,
-              lateness_and_watermark_columns: Sequence[str]) -> Optional[Sequence[str]]:
+def merge_key(
+    plan: StepPlan, lateness_and_watermark_columns: Sequence[str]
+) -> Optional[Sequence[str]]:
     """The model's key when a change may be applied by key: an aggregate naming its groups.
 
     Only when every LATENESS and WATERMARK column is part of the key: otherwise a group's old
@@ -138,10 +139,17 @@ def merge_key(plan: StepPlan,
     return plan.aggregate.key_columns
 
 
-def commit_step(ctx: StepContext, change: ModelChange, columns: Sequence[Column],
-                writes: StepWrites, previous: StepRecord, record: StepRecord, result: StepResult,
-                lateness: Sequence[late.LatenessRule],
-                key: Optional[Sequence[str]] = None) -> None:
+def commit_step(
+    ctx: StepContext,
+    change: ModelChange,
+    columns: Sequence[Column],
+    writes: StepWrites,
+    previous: StepRecord,
+    record: StepRecord,
+    result: StepResult,
+    lateness: Sequence[late.LatenessRule],
+    key: Optional[Sequence[str]] = None,
+) -> None:
     """Count and check the change, then write everything in order (see the module docstring).
 
     `change`: the change to apply to the model, netted unless it only appends (then its rows
@@ -155,14 +163,21 @@ def commit_step(ctx: StepContext, change: ModelChange, columns: Sequence[Column]
         # copies in the model lie within it).
         deleted = sql.range_aggregates(columns, "t", where=f"t.{WEIGHT} < 0", name="d")
         with ctx.role("count the model's change: its inserts, deletes and key ranges"):
-            key_range_list, counts = key_ranges(ctx, key_columns(columns, key),
-                                                change.relation, "t",
-                                                {**sql.change_count_aggregates(), **deleted})
+            key_range_list, counts = key_ranges(
+                ctx,
+                key_columns(columns, key),
+                change.relation,
+                "t",
+                {**sql.change_count_aggregates(), **deleted},
+            )
         result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
         if int(counts["widest"]) > 1:  # several copies of one row: not one row per key
             key = None
-        ranges = key_range_list if key is not None else (
-            [] if ctx.first_step else sql.range_predicates(columns, "t", counts, name="d"))
+        ranges = (
+            key_range_list
+            if key is not None
+            else ([] if ctx.first_step else sql.range_predicates(columns, "t", counts, name="d"))
+        )
     if ctx.model.append_only and result.deleted:
         raise StepError(
             f"Model {ctx.model.name} is configured append_only, but step {record.step} "
@@ -173,19 +188,24 @@ def commit_step(ctx: StepContext, change: ModelChange, columns: Sequence[Column]
     record.side_writes = writes.tables(result.late)
     for write in writes.state:
         live, appended, steps = record.state_log.get(write.name, [0, 0, 0])
-        record.state_log[write.name] = ([write.groups.count, 0, 0] if write.fresh
-                                        else [live, appended + write.groups.count, steps + 1])
+        record.state_log[write.name] = (
+            [write.groups.count, 0, 0]
+            if write.fresh
+            else [live, appended + write.groups.count, steps + 1]
+        )
     ctx.checkpoint("before_commit")
     bounds = late.target_bounds(lateness, previous.waterline)
-    commit_model(ctx, change, columns, result, record, bounds, key, ranges,
-                 first=previous.step == 0)
+    commit_model(
+        ctx, change, columns, result, record, bounds, key, ranges, first=previous.step == 0
+    )
     ctx.checkpoint("after_commit")
     write_side_tables(ctx, writes, previous, record)
     result.waterline = dict(record.waterline)
 
 
-def write_side_tables(ctx: StepContext, writes: StepWrites, previous: StepRecord,
-                      record: StepRecord) -> None:
+def write_side_tables(
+    ctx: StepContext, writes: StepWrites, previous: StepRecord, record: StepRecord
+) -> None:
     """Write 2 of the module docstring: each side table the record names, idempotently."""
     wanted = set(record.side_writes)
     model, statements = ctx.model, ctx.side_sql  # the statements: macros (side_tables.py)
@@ -193,30 +213,44 @@ def write_side_tables(ctx: StepContext, writes: StepWrites, previous: StepRecord
         ctx.checkpoint("before_quarantine")
         write = writes.quarantine
         if WATERLINE in wanted:
-            rows = late.waterline_rows(record.step, write.rules, record.waterline,
-                                       record.max_seen)
-            with_side_record(ctx, record, WATERLINE,
-                             f"append the step's waterlines to {model.waterline_table}",
-                             statements.append_waterline_rows(
-                                 model.schema, model.identifier + WATERLINE,
-                                 late.WATERLINE_COLUMNS, rows))
+            rows = late.waterline_rows(record.step, write.rules, record.waterline, record.max_seen)
+            with_side_record(
+                ctx,
+                record,
+                WATERLINE,
+                f"append the step's waterlines to {model.waterline_table}",
+                statements.append_waterline_rows(
+                    model.schema, model.identifier + WATERLINE, late.WATERLINE_COLUMNS, rows
+                ),
+            )
         if LATE in wanted:
-            rows = late.quarantine_rows(write.classified, write.columns, record.step,
-                                        previous.waterline)
-            with_side_record(ctx, record, LATE,
-                             f"append the step's late changes to {model.late_table}",
-                             statements.append_late_rows(
-                                 model.schema, model.identifier + LATE,
-                                 late.late_table_columns(write.columns), rows))
+            rows = late.quarantine_rows(
+                write.classified, write.columns, record.step, previous.waterline
+            )
+            with_side_record(
+                ctx,
+                record,
+                LATE,
+                f"append the step's late changes to {model.late_table}",
+                statements.append_late_rows(
+                    model.schema,
+                    model.identifier + LATE,
+                    late.late_table_columns(write.columns),
+                    rows,
+                ),
+            )
     if writes.held is not None and PENDING in wanted:
         ctx.checkpoint("before_hold")
         changes = wm.pending_changes(writes.held.candidates, writes.held.columns, record.step)
-        with_side_record(ctx, record, PENDING,
-                         f"MERGE into {model.pending_table}: the changes the step releases "
-                         "and those it holds",
-                         statements.merge_pending_rows(
-                             model.schema, model.identifier + PENDING, writes.held.columns,
-                             changes, record.step))
+        with_side_record(
+            ctx,
+            record,
+            PENDING,
+            f"MERGE into {model.pending_table}: the changes the step releases and those it holds",
+            statements.merge_pending_rows(
+                model.schema, model.identifier + PENDING, writes.held.columns, changes, record.step
+            ),
+        )
     for state in writes.state:
         if state.suffix in wanted:
             write_state(ctx, state, record)
@@ -233,25 +267,31 @@ def write_state(ctx: StepContext, write: StateWrite, record: StepRecord) -> None
     ctx.checkpoint("before_state")
     aggregate = write.aggregate
     order = sql.time_first(group_columns(aggregate))
-    statement = sql.insert_state(write.table, write.groups.new, aggregate.state_columns,
-                                 record.step, order if write.fresh else (),
-                                 everything=not write.fresh)
+    statement = sql.insert_state(
+        write.table,
+        write.groups.new,
+        aggregate.state_columns,
+        record.step,
+        order if write.fresh else (),
+        everything=not write.fresh,
+    )
     settings = [(MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS))] if write.fresh else []
     role = f"append the changed groups' new state to {write.table}"
     with ctx.role(role):
-        with_settings(ctx, settings, lambda: with_side_record(ctx, record, write.suffix, role,
-                                                              statement))
+        with_settings(
+            ctx, settings, lambda: with_side_record(ctx, record, write.suffix, role, statement)
+        )
     ctx.checkpoint("after_state")
 
 
-def with_side_record(ctx: StepContext, record: StepRecord, suffix: str, role: str,
-                     statement: str) -> None:
+def with_side_record(
+    ctx: StepContext, record: StepRecord, suffix: str, role: str, statement: str
+) -> None:
     """Run a side table's write of the step, idempotently: under the table's own id, so that
     Delta skips it when this step's write to that table has landed before. `role`: the write's,
     in the statement log."""
     with ctx.role(role):
-        with_record(ctx, record, lambda: ctx.session.run(statement), idempotent=True,
-                    table=suffix)
+        with_record(ctx, record, lambda: ctx.session.run(statement), idempotent=True, table=suffix)
 
 
 def key_columns(columns: Sequence[Column], key: Optional[Sequence[str]]) -> List[Column]:
@@ -261,10 +301,17 @@ def key_columns(columns: Sequence[Column], key: Optional[Sequence[str]]) -> List
     return [c for c in columns if c.name.lower() in wanted]
 
 
-def commit_model(ctx: StepContext, change: ModelChange, columns: Sequence[Column],
-                 result: StepResult, record: StepRecord, target_bounds: Sequence[str] = (),
-                 key: Optional[Sequence[str]] = None, key_ranges: Sequence[str] = (),
-                 first: bool = False) -> None:
+def commit_model(
+    ctx: StepContext,
+    change: ModelChange,
+    columns: Sequence[Column],
+    result: StepResult,
+    record: StepRecord,
+    target_bounds: Sequence[str] = (),
+    key: Optional[Sequence[str]] = None,
+    key_ranges: Sequence[str] = (),
+    first: bool = False,
+) -> None:
     """The model's change and the step record, in one idempotent Delta commit.
 
     A blind INSERT when nothing is deleted (the change as it is when it only appends: its
@@ -284,13 +331,13 @@ def commit_model(ctx: StepContext, change: ModelChange, columns: Sequence[Column
         statement = sql.append_change(target, net, columns)
         role = f"append the change to the model {target}"
     elif result.deleted and key is not None:
-        statement = sql.merge_by_key(target, net, columns, key,
-                                     list(target_bounds) + list(key_ranges))
+        statement = sql.merge_by_key(
+            target, net, columns, key, list(target_bounds) + list(key_ranges)
+        )
         settings += no_copy
         role = f"MERGE the change into the model {target}, by key"
     elif result.deleted:
-        statement = sql.merge_change(target, net, columns,
-                                     list(target_bounds) + list(key_ranges))
+        statement = sql.merge_change(target, net, columns, list(target_bounds) + list(key_ranges))
         role = f"MERGE the change into the model {target}"
     elif result.inserted and first and keys:
         # An aggregate's first rows, sorted by key like its state: later MERGEs by key skip
@@ -322,6 +369,7 @@ def commit_model(ctx: StepContext, change: ModelChange, columns: Sequence[Column
             "time; this run applied nothing. The model is consistent; run again to continue."
         )
     if change.appends:
-        ours = next(commit for commit in commits
-                    if StepRecord.from_json(commit.user_metadata) == committed)
+        ours = next(
+            commit for commit in commits if StepRecord.from_json(commit.user_metadata) == committed
+        )
         result.inserted = int(ours.metrics.get("numOutputRows", 0))

@@ -24,39 +24,69 @@ DEFAULT_ON_SCHEMA_CHANGE = "ignore"
 
 # What incremental_view does with a config, for the ones a step obeys.
 OBEYED = {
-    "materialized", "lateness", "max_future", "watermark", "emit_final", "append_only",
-    "on_schema_change", "unique_key", "strategy", "partition_by", "liquid_clustered_by",
-    "tblproperties", "location_root", "file_format", "full_refresh", "persist_docs", "pre-hook",
-    "post-hook", "pre_hook", "post_hook",
+    "materialized",
+    "lateness",
+    "max_future",
+    "watermark",
+    "emit_final",
+    "append_only",
+    "on_schema_change",
+    "unique_key",
+    "strategy",
+    "partition_by",
+    "liquid_clustered_by",
+    "tblproperties",
+    "location_root",
+    "file_format",
+    "full_refresh",
+    "persist_docs",
+    "pre-hook",
+    "post-hook",
+    "pre_hook",
+    "post_hook",
 }
 
 # dbt's own configs: dbt handles them for every materialization (selection, naming, docs,
 # grouping, metadata, quoting), or another node reads them (event_time for microbatch models).
 DBT_OWN_FALLBACK = {
-    "enabled", "alias", "schema", "database", "tags", "meta", "group", "docs", "access",
-    "quoting", "event_time", "static_analysis", "freshness", "description",
+    "enabled",
+    "alias",
+    "schema",
+    "database",
+    "tags",
+    "meta",
+    "group",
+    "docs",
+    "access",
+    "quoting",
+    "event_time",
+    "static_analysis",
+    "freshness",
+    "description",
 }
 
 # dbt and dbt-spark configs incremental_view does not apply: (why, what to do instead).
 NOT_APPLIED: Dict[str, Tuple[str, str]] = {
-    "incremental_strategy": ("each step applies its change itself (an INSERT or one MERGE)",
-                             "remove it"),
+    "incremental_strategy": (
+        "each step applies its change itself (an INSERT or one MERGE)",
+        "remove it",
+    ),
     "clustered_by": ("it buckets Hive tables", "use liquid_clustered_by"),
     "buckets": ("it buckets Hive tables", "use liquid_clustered_by"),
-    "options": ("incremental_view tables are Delta tables with fixed options",
-                "use tblproperties"),
+    "options": ("incremental_view tables are Delta tables with fixed options", "use tblproperties"),
     "merge_update_columns": ("a step's MERGE updates whole rows", "remove it"),
     "column_types": ("it applies to seeds", "cast the column in the model's SELECT"),
     "grants": ("incremental_view does not run GRANT statements", "grant in a post-hook"),
-    "contract": ("contracts are not enforced by incremental_view",
-                 "test the columns with dbt tests"),
+    "contract": (
+        "contracts are not enforced by incremental_view",
+        "test the columns with dbt tests",
+    ),
     "batch_size": ("it configures microbatch models", "remove it"),
     "lookback": ("it configures microbatch models", "remove it"),
     "begin": ("it configures microbatch models", "remove it"),
     "concurrent_batches": ("it configures microbatch models", "remove it"),
     "on_configuration_change": ("it configures materialized views", "remove it"),
-    "sql_header": ("incremental_view does not send it before its statements",
-                   "use a pre-hook"),
+    "sql_header": ("incremental_view does not send it before its statements", "use a pre-hook"),
     "packages": ("it configures Python models", "remove it"),
 }
 # Defaults dbt fills in for some of them: a config equal to its default is not "set".
@@ -88,8 +118,9 @@ def adapter_configs() -> set:
     """The configs dbt-spark and this adapter declare (`StreamSQLConfig`)."""
     from dbt.adapters.streamsql.impl import StreamSQLConfig
 
-    return {spec.name for spec in dataclasses.fields(StreamSQLConfig)
-            if not spec.name.startswith("_")}
+    return {
+        spec.name for spec in dataclasses.fields(StreamSQLConfig) if not spec.name.startswith("_")
+    }
 
 
 def is_set(name: str, value: Any) -> bool:
@@ -99,16 +130,18 @@ def is_set(name: str, value: Any) -> bool:
     if name in NOT_APPLIED_DEFAULTS and str(value) == str(NOT_APPLIED_DEFAULTS[name]):
         return False
     if name == "contract":
-        enforced = value.get("enforced") if isinstance(value, Mapping) else \
-            getattr(value, "enforced", False)
+        enforced = (
+            value.get("enforced")
+            if isinstance(value, Mapping)
+            else getattr(value, "enforced", False)
+        )
         return bool(enforced)
     if name == "file_format":
         return str(value).lower() != "delta"
     return True
 
 
-def config_warnings(model: str, config: Mapping[str, Any],
-                    known: Sequence[str] = ()) -> List[str]:
+def config_warnings(model: str, config: Mapping[str, Any], known: Sequence[str] = ()) -> List[str]:
     """A warning for each config of `model` that incremental_view ignores.
 
     `known`: every config name dbt or an adapter declares (`dbt_own_configs` and
@@ -122,18 +155,23 @@ def config_warnings(model: str, config: Mapping[str, Any],
         if key == "file_format" and is_set(key, value):
             warnings.append(
                 f"Model {model}: config file_format = {value!r} is ignored: incremental_view "
-                "tables are always Delta tables. Remove it.")
+                "tables are always Delta tables. Remove it."
+            )
         elif key in NOT_APPLIED and is_set(key, value):
             why, instead = NOT_APPLIED[key]
-            warnings.append(f"Model {model}: config {key} is ignored by incremental_view: "
-                            f"{why}. Instead: {instead}.")
+            warnings.append(
+                f"Model {model}: config {key} is ignored by incremental_view: "
+                f"{why}. Instead: {instead}."
+            )
         elif key not in names and key not in NOT_APPLIED:
-            close = difflib.get_close_matches(key, sorted(OBEYED | set(NOT_APPLIED)), n=1,
-                                              cutoff=0.75)
+            close = difflib.get_close_matches(
+                key, sorted(OBEYED | set(NOT_APPLIED)), n=1, cutoff=0.75
+            )
             hint = f" Did you mean {close[0]!r}?" if close else ""
             warnings.append(
                 f"Model {model}: config {key!r} is not a config of incremental_view or of dbt, "
-                f"and nothing reads it.{hint} (Keys of your own belong under `meta`.)")
+                f"and nothing reads it.{hint} (Keys of your own belong under `meta`.)"
+            )
     return warnings
 
 
@@ -149,7 +187,8 @@ def model_options(model: str, config: Mapping[str, Any]) -> Tuple[str, Tuple[str
         raise ConfigError(
             f"Model {model}: config on_schema_change = {mode!r} is not one of "
             f"{', '.join(ON_SCHEMA_CHANGE)} (dbt's values). Use one of them; the default is "
-            f"{DEFAULT_ON_SCHEMA_CHANGE!r}.")
+            f"{DEFAULT_ON_SCHEMA_CHANGE!r}."
+        )
     key = config.get("unique_key")
     if key is None or key == [] or key == "":
         columns: Tuple[str, ...] = ()
@@ -161,5 +200,6 @@ def model_options(model: str, config: Mapping[str, Any]) -> Tuple[str, Tuple[str
         raise ConfigError(
             f"Model {model}: config unique_key = {key!r} is not a column name or a list of "
             "column names. Name the model's output columns that identify a row, e.g. "
-            "unique_key='id' or unique_key=['id', 'day'].")
+            "unique_key='id' or unique_key=['id', 'day']."
+        )
     return mode.strip().lower(), columns

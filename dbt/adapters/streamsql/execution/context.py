@@ -119,8 +119,10 @@ class StepResult:
 
     def log_line(self) -> str:
         if self.skipped:
-            return (f"{self.model}: step {self.step}: inputs unchanged, nothing to do "
-                    f"({self.seconds:.1f} s)")
+            return (
+                f"{self.model}: step {self.step}: inputs unchanged, nothing to do "
+                f"({self.seconds:.1f} s)"
+            )
         waterline = ", ".join(f"{k}={v}" for k, v in self.waterline.items()) or "none"
         return (
             f"{self.model}: step {self.step}: read {self.changes_read} changes, applied "

@@ -29,16 +29,39 @@ from dbt.adapters.streamsql.planning.plan import Column
 logger = AdapterLogger("StreamSQL")
 
 # How Spark and Delta say that a table is not a Delta table, or is not there.
-NOT_DELTA_MARKERS = ("DELTA_MISSING_DELTA_TABLE", "DELTA_ONLY_OPERATION", "not a Delta table",
-                     "only supported for Delta tables")
-MISSING_MARKERS = ("TABLE_OR_VIEW_NOT_FOUND", "not found", "NoSuchTableException",
-                   "EXPECT_TABLE_NOT_VIEW", "did not specify locationUri")
+NOT_DELTA_MARKERS = (
+    "DELTA_MISSING_DELTA_TABLE",
+    "DELTA_ONLY_OPERATION",
+    "not a Delta table",
+    "only supported for Delta tables",
+)
+MISSING_MARKERS = (
+    "TABLE_OR_VIEW_NOT_FOUND",
+    "not found",
+    "NoSuchTableException",
+    "EXPECT_TABLE_NOT_VIEW",
+    "did not specify locationUri",
+)
 
 # Operations that change no row (the change feed skips them).
-NO_ROW_CHANGE = {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "OPTIMIZE", "VACUUM START",
-                 "VACUUM END", "ADD COLUMNS", "CHANGE COLUMN", "RENAME COLUMN", "ADD CONSTRAINT",
-                 "DROP CONSTRAINT", "UPGRADE PROTOCOL", "SET COLUMN COMMENT", "ADD FEATURE",
-                 "CREATE TABLE", "ANALYZE STATS", "COMPUTE STATS"}
+NO_ROW_CHANGE = {
+    "SET TBLPROPERTIES",
+    "UNSET TBLPROPERTIES",
+    "OPTIMIZE",
+    "VACUUM START",
+    "VACUUM END",
+    "ADD COLUMNS",
+    "CHANGE COLUMN",
+    "RENAME COLUMN",
+    "ADD CONSTRAINT",
+    "DROP CONSTRAINT",
+    "UPGRADE PROTOCOL",
+    "SET COLUMN COMMENT",
+    "ADD FEATURE",
+    "CREATE TABLE",
+    "ANALYZE STATS",
+    "COMPUTE STATS",
+}
 # A MERGE's row counts: inserted, updated and deleted (the last two include the matched and the
 # not-matched-by-source rows).
 MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
@@ -73,8 +96,11 @@ class Commit:
 
     def as_history_row(self) -> Dict[str, Any]:
         """In the shape of a `DESCRIBE HISTORY` row (what `progress.last_record` reads)."""
-        return {"version": self.version, "operation": self.operation,
-                "userMetadata": self.user_metadata}
+        return {
+            "version": self.version,
+            "operation": self.operation,
+            "userMetadata": self.user_metadata,
+        }
 
     @property
     def change_rows(self) -> Optional[Tuple[int, int]]:
@@ -111,10 +137,13 @@ class Commit:
         operation = self.operation.upper()
         if operation in NO_ROW_CHANGE:
             return 0
-        names = {"WRITE": ("numOutputBytes",), "STREAMING UPDATE": ("numOutputBytes",),
-                 "DELETE": ("numAddedBytes", "numRemovedBytes"),
-                 "UPDATE": ("numAddedBytes", "numRemovedBytes"),
-                 "MERGE": ("numTargetBytesAdded", "numTargetBytesRemoved")}.get(operation)
+        names = {
+            "WRITE": ("numOutputBytes",),
+            "STREAMING UPDATE": ("numOutputBytes",),
+            "DELETE": ("numAddedBytes", "numRemovedBytes"),
+            "UPDATE": ("numAddedBytes", "numRemovedBytes"),
+            "MERGE": ("numTargetBytesAdded", "numTargetBytesRemoved"),
+        }.get(operation)
         values = [self._metric(name) for name in names or ()]
         return sum(values) if values and None not in values else None  # type: ignore[arg-type]
 
@@ -144,7 +173,7 @@ def name_parts(name: str) -> Tuple[str, str]:
     while i < len(name):
         char = name[i]
         if char == "`":
-            if quoted_part and name[i + 1:i + 2] == "`":
+            if quoted_part and name[i + 1 : i + 2] == "`":
                 current += "`"
                 i += 1
             else:
@@ -213,9 +242,13 @@ class SqlDeltaLog:
                 break  # partition and detail sections follow a blank or '#' line
             columns.append(Column(row["col_name"], row["data_type"]))
         size = detail.get("sizeInBytes")
-        return TableSnapshot(version, str(detail.get("id") or ""),
-                             _mapping(detail.get("properties")), tuple(columns),
-                             int(size) if size is not None else None)
+        return TableSnapshot(
+            version,
+            str(detail.get("id") or ""),
+            _mapping(detail.get("properties")),
+            tuple(columns),
+            int(size) if size is not None else None,
+        )
 
     def commits(self, name: str, first: int, last: int) -> List[Commit]:
         if last < first:
@@ -241,9 +274,13 @@ class SqlDeltaLog:
 
     @staticmethod
     def _commit(row: Mapping[str, Any]) -> Commit:
-        return Commit(int(row["version"]), str(row.get("operation") or ""),
-                      _mapping(row.get("operationParameters")),
-                      _mapping(row.get("operationMetrics")), row.get("userMetadata"))
+        return Commit(
+            int(row["version"]),
+            str(row.get("operation") or ""),
+            _mapping(row.get("operationParameters")),
+            _mapping(row.get("operationMetrics")),
+            row.get("userMetadata"),
+        )
 
 
 class JvmDeltaLog:
@@ -285,8 +322,13 @@ class JvmDeltaLog:
             columns = tuple(Column(f.name(), f.dataType().catalogString()) for f in fields)
             checksum = snapshot.checksumOpt()
             size = int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None
-            return TableSnapshot(int(snapshot.version()), str(metadata.id()),
-                                 self._dict(metadata.configuration()), columns, size)
+            return TableSnapshot(
+                int(snapshot.version()),
+                str(metadata.id()),
+                self._dict(metadata.configuration()),
+                columns,
+                size,
+            )
         except (TableMissing, NotDeltaTable):
             raise
         except Exception as exc:
@@ -305,21 +347,23 @@ class JvmDeltaLog:
         except (TableMissing, NotDeltaTable):
             raise
         except Exception as exc:
-            return self._fall_back("commits", exc,
-                                   lambda: self.fallback.commits(name, first, last))
+            return self._fall_back("commits", exc, lambda: self.fallback.commits(name, first, last))
 
     def recent_commits(self, name: str, limit: int) -> List[Commit]:
         try:
             delta_log = self._delta_log(name)
             latest = int(self._update(delta_log, name).version())
             infos = self._commit_infos(delta_log, max(latest - limit + 1, 0))
-            return sorted((self._commit(version, info) for version, info in infos),
-                          key=lambda commit: -commit.version)
+            return sorted(
+                (self._commit(version, info) for version, info in infos),
+                key=lambda commit: -commit.version,
+            )
         except (TableMissing, NotDeltaTable):
             raise
         except Exception as exc:
-            return self._fall_back("recent_commits", exc,
-                                   lambda: self.fallback.recent_commits(name, limit))
+            return self._fall_back(
+                "recent_commits", exc, lambda: self.fallback.recent_commits(name, limit)
+            )
 
     # -- the JVM side ---------------------------------------------------------------------------
 
@@ -329,10 +373,12 @@ class JvmDeltaLog:
         if not self.spark._jsparkSession.catalog().tableExists(schema, table):
             raise TableMissing(f"{name} not found")
         identifier = jvm.org.apache.spark.sql.catalyst.TableIdentifier(
-            table, jvm.scala.Option.apply(schema))
+            table, jvm.scala.Option.apply(schema)
+        )
         try:
             return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-                self.spark._jsparkSession, identifier)
+                self.spark._jsparkSession, identifier
+            )
         except Exception as exc:
             if "did not specify locationUri" in str(exc):  # a view
                 raise TableMissing(str(exc)) from exc
@@ -363,17 +409,21 @@ class JvmDeltaLog:
     def _commit(self, version: int, info: Any) -> Commit:
         metrics = info.operationMetrics()
         user_metadata = info.userMetadata()
-        return Commit(version, str(info.operation()),
-                      {k: _plain_parameter(v)
-                       for k, v in self._dict(info.operationParameters()).items()},
-                      self._dict(metrics.get()) if metrics.isDefined() else {},
-                      str(user_metadata.get()) if user_metadata.isDefined() else None)
+        return Commit(
+            version,
+            str(info.operation()),
+            {k: _plain_parameter(v) for k, v in self._dict(info.operationParameters()).items()},
+            self._dict(metrics.get()) if metrics.isDefined() else {},
+            str(user_metadata.get()) if user_metadata.isDefined() else None,
+        )
 
     def _dict(self, scala_map: Any) -> Dict[str, str]:
         converted = self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map)
         return {str(k): str(v) for k, v in dict(converted).items()}
 
     def _fall_back(self, question: str, error: Exception, ask: Any) -> Any:
-        logger.debug(f"Reading Delta's log in the JVM failed ({question}: "
-                     f"{str(error).splitlines()[0][:200]}); asking through SQL")
+        logger.debug(
+            f"Reading Delta's log in the JVM failed ({question}: "
+            f"{str(error).splitlines()[0][:200]}); asking through SQL"
+        )
         return ask()

@@ -60,9 +60,12 @@ def plan_name(plan: StepPlan, model: ModelSettings) -> str:
     return plan.strategy
 
 
-def final_columns(model: ModelSettings, plan: StepPlan,
-                  lateness: Sequence[late.LatenessRule],
-                  watermark: Sequence[object] = ()) -> List[FinalColumn]:
+def final_columns(
+    model: ModelSettings,
+    plan: StepPlan,
+    lateness: Sequence[late.LatenessRule],
+    watermark: Sequence[object] = (),
+) -> List[FinalColumn]:
     """The lateness columns that decide when a group is final ([] without emit_final).
 
     Raises:
@@ -73,18 +76,23 @@ def final_columns(model: ModelSettings, plan: StepPlan,
     name = model.name
     aggregate = plan.aggregate
     if plan.strategy != "aggregate" or aggregate is None:
-        why = ("its plan is a recompute (`strategy: recompute`, or SQL the planner cannot "
-               "maintain incrementally)" if plan.strategy == "recompute"
-               else f"it is not an aggregate (its plan is {plan.strategy})")
+        why = (
+            "its plan is a recompute (`strategy: recompute`, or SQL the planner cannot "
+            "maintain incrementally)"
+            if plan.strategy == "recompute"
+            else f"it is not an aggregate (its plan is {plan.strategy})"
+        )
         raise EmitFinalConfigError(
             f"Model {name}: config emit_final applies to an aggregate grouped by a window or a "
             f"truncated time, but {why} ({plan.reason}). Remove emit_final, or make the model a "
-            "GROUP BY whose group decides a column with lateness.")
+            "GROUP BY whose group decides a column with lateness."
+        )
     if watermark:
         raise EmitFinalConfigError(
             f"Model {name}: config emit_final cannot be combined with watermark: emit_final "
             "already holds every group until it is final, and a watermark would hold changes "
-            "the aggregate's state has already counted. Remove watermark (keep lateness).")
+            "the aggregate's state has already counted. Remove watermark (keep lateness)."
+        )
     decided = {output.lower(): expression for output, expression in aggregate.group_outputs}
     if not lateness:
         columns = ", ".join(output for output, _ in aggregate.group_outputs) or "none"
@@ -93,7 +101,8 @@ def final_columns(model: ModelSettings, plan: StepPlan,
             "decides (a window's start or end, a truncated time), because a group is final "
             "only once that column is below its waterline; the model declares no lateness. "
             f"Add lateness on one of its group's columns ({columns}), e.g. "
-            "lateness={'window_start': 'INTERVAL 1 HOUR'}.")
+            "lateness={'window_start': 'INTERVAL 1 HOUR'}."
+        )
     found = []
     for rule in lateness:
         expression = decided.get(rule.column.name.lower())
@@ -103,7 +112,8 @@ def final_columns(model: ModelSettings, plan: StepPlan,
                 f"Model {name}: config emit_final needs every lateness column to be decided by "
                 f"the model's group, but {rule.column.name} is not (a group's value there can "
                 "change after the group is final). Declare lateness on a column computed from "
-                f"the GROUP BY alone ({columns}), or remove emit_final.")
+                f"the GROUP BY alone ({columns}), or remove emit_final."
+            )
         found.append((rule, expression))
     return found
 
@@ -116,22 +126,31 @@ def check_unchanged(model: ModelSettings, last_emit_final: bool, last_step: int)
             f"Model {model.name}: its config {now} emit_final, but its table was built "
             f"{'without' if model.emit_final else 'with'} it (step {last_step}), so it holds "
             "other groups than the config says. Run `dbt run --full-refresh --select "
-            f"{model.name}` to rebuild it, or restore the config.")
+            f"{model.name}` to rebuild it, or restore the config."
+        )
 
 
-def newly_final(columns: Sequence[FinalColumn], waterline: Mapping[str, Optional[str]],
-                before: Mapping[str, Optional[str]]) -> Optional[str]:
+def newly_final(
+    columns: Sequence[FinalColumn],
+    waterline: Mapping[str, Optional[str]],
+    before: Mapping[str, Optional[str]],
+) -> Optional[str]:
     """The predicate over a state row (GROUP_ALIAS) of the groups a step makes final; None when
     no column has a waterline yet (nothing is final)."""
-    below_now = [f"({expression}) < {rule.literal(waterline[rule.column.name])}"
-                 for rule, expression in columns
-                 if waterline.get(rule.column.name) is not None]
+    below_now = [
+        f"({expression}) < {rule.literal(waterline[rule.column.name])}"
+        for rule, expression in columns
+        if waterline.get(rule.column.name) is not None
+    ]
     if not below_now:
         return None
     parts = [f"({expression}) IS NOT NULL" for _, expression in columns]
     parts.append("(" + " OR ".join(below_now) + ")")
-    parts += [f"({expression}) >= {rule.literal(before[rule.column.name])}"
-              for rule, expression in columns if before.get(rule.column.name) is not None]
+    parts += [
+        f"({expression}) >= {rule.literal(before[rule.column.name])}"
+        for rule, expression in columns
+        if before.get(rule.column.name) is not None
+    ]
     return " AND ".join(parts)
 
 
@@ -140,17 +159,26 @@ def not_final(columns: Sequence[FinalColumn], before: Mapping[str, Optional[str]
     `before` whose lateness columns are all non-NULL: the groups a model without emit_final
     holds and this one does not (yet)."""
     parts = [f"({expression}) IS NOT NULL" for _, expression in columns]
-    parts += [f"({expression}) >= {rule.literal(before[rule.column.name])}"
-              for rule, expression in columns if before.get(rule.column.name) is not None]
+    parts += [
+        f"({expression}) >= {rule.literal(before[rule.column.name])}"
+        for rule, expression in columns
+        if before.get(rule.column.name) is not None
+    ]
     return " AND ".join(parts)
 
 
-def rows_of_groups(aggregate: AggregatePlan, groups: str, columns: Sequence[Column],
-                   condition: Optional[str] = None, weight: int = 1) -> str:
+def rows_of_groups(
+    aggregate: AggregatePlan,
+    groups: str,
+    columns: Sequence[Column],
+    condition: Optional[str] = None,
+    weight: int = 1,
+) -> str:
     """The output rows (weight `weight`) of the groups of `groups` (a view, or an inline SELECT
     with the state's columns) that meet `condition` (over GROUP_ALIAS; None: all of them)."""
     if condition is not None:
         groups = f"(SELECT * FROM {groups} AS {GROUP_ALIAS} WHERE {condition})"
     output = sql.bind_placeholders(aggregate.output_sql, {GROUPS: groups})
-    return (f"SELECT {sql.column_list(columns)}, CAST({weight} AS BIGINT) AS {WEIGHT} "
-            f"FROM ({output})")
+    return (
+        f"SELECT {sql.column_list(columns)}, CAST({weight} AS BIGINT) AS {WEIGHT} FROM ({output})"
+    )

@@ -45,8 +45,9 @@ def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> Even
         raise StepError(str(exc)) from exc
     for hold_rule in held:
         try:
-            with ctx.role(f"check watermark[{hold_rule.column.name}]: can the column and "
-                          "its delay be added?"):
+            with ctx.role(
+                f"check watermark[{hold_rule.column.name}]: can the column and its delay be added?"
+            ):
                 ctx.session.query(wm.addition_check(hold_rule))
         except Exception as exc:
             raise StepError(
@@ -58,8 +59,9 @@ def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> Even
             ) from exc
     for rule in rules:
         try:
-            with ctx.role(f"check lateness[{rule.column.name}]: the type of the column minus "
-                          "its lateness"):
+            with ctx.role(
+                f"check lateness[{rule.column.name}]: the type of the column minus its lateness"
+            ):
                 described = ctx.session.query(late.subtraction_check(rule))
             problem = late.subtraction_error(rule, described[0]["data_type"])
         except Exception as exc:
@@ -69,26 +71,43 @@ def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> Even
                 f"Model {model.name}: config lateness[{rule.column.name}] = "
                 f"{rule.lateness!r} cannot be subtracted from column {rule.column.name} of "
                 f"type {rule.column.data_type}: {problem}. Use an INTERVAL for timestamps "
-                f"and dates (e.g. \"INTERVAL 1 HOUR\") and a number for numeric columns."
+                f'and dates (e.g. "INTERVAL 1 HOUR") and a number for numeric columns.'
             )
     return EventTimeRules(rules, held)
 
 
-def apply_event_time(ctx: StepContext, net: str, columns: Sequence[Column], rules: EventTimeRules,
-                     previous: StepRecord, record: StepRecord, result: StepResult,
-                     writes: StepWrites, release_all: bool = False) -> str:
+def apply_event_time(
+    ctx: StepContext,
+    net: str,
+    columns: Sequence[Column],
+    rules: EventTimeRules,
+    previous: StepRecord,
+    record: StepRecord,
+    result: StepResult,
+    writes: StepWrites,
+    release_all: bool = False,
+) -> str:
     """The change to apply to the model: WATERMARK, then LATENESS, applied to `net`."""
     if rules.watermark:
-        net = apply_watermark(ctx, net, columns, rules.watermark, previous, record, result,
-                              writes, release_all)
+        net = apply_watermark(
+            ctx, net, columns, rules.watermark, previous, record, result, writes, release_all
+        )
     if rules.lateness:
         net = apply_lateness(ctx, net, columns, rules.lateness, previous, record, result, writes)
     return net
 
 
-def apply_watermark(ctx: StepContext, net: str, columns: Sequence[Column],
-                    rules: Sequence[wm.WatermarkRule], previous: StepRecord, record: StepRecord,
-                    result: StepResult, writes: StepWrites, release_all: bool) -> str:
+def apply_watermark(
+    ctx: StepContext,
+    net: str,
+    columns: Sequence[Column],
+    rules: Sequence[wm.WatermarkRule],
+    previous: StepRecord,
+    record: StepRecord,
+    result: StepResult,
+    writes: StepWrites,
+    release_all: bool,
+) -> str:
     """Hold back changes the watermark does not allow yet; release those it now allows.
 
     What the step holds and releases is computed from `__pending` as the last completed step
@@ -101,34 +120,49 @@ def apply_watermark(ctx: StepContext, net: str, columns: Sequence[Column],
     for i, rule in enumerate(rules):
         record.watermark_seen[rule.column.name] = row[f"s_{i}"]
     condition = wm.release_condition(rules, record.watermark_seen, release_all)
-    candidates = ctx.views.materialize("candidates", wm.candidates(
-        net, inline(f"SELECT * FROM {pending}"), columns, step, condition),
-        f"WATERMARK: this step's changes and those {pending} holds, each released or not")
+    candidates = ctx.views.materialize(
+        "candidates",
+        wm.candidates(net, inline(f"SELECT * FROM {pending}"), columns, step, condition),
+        f"WATERMARK: this step's changes and those {pending} holds, each released or not",
+    )
     with ctx.role(f"WATERMARK: count what stays held, and what the step writes to {pending}"):
         counts = session.query(wm.pending_counts(candidates, step))[0]
     result.held = int(counts["held"])
     if int(counts["writes"]):
         writes.held = HeldWrite(candidates, columns)
-    return ctx.views.materialize("released", sql.consolidate(
-        f"({wm.released(candidates, columns)})", columns),
-        "WATERMARK: the changes released, netted")
+    return ctx.views.materialize(
+        "released",
+        sql.consolidate(f"({wm.released(candidates, columns)})", columns),
+        "WATERMARK: the changes released, netted",
+    )
 
 
-def apply_lateness(ctx: StepContext, net: str, columns: Sequence[Column],
-                   rules: Sequence[late.LatenessRule], previous: StepRecord, record: StepRecord,
-                   result: StepResult, writes: StepWrites) -> str:
+def apply_lateness(
+    ctx: StepContext,
+    net: str,
+    columns: Sequence[Column],
+    rules: Sequence[late.LatenessRule],
+    previous: StepRecord,
+    record: StepRecord,
+    result: StepResult,
+    writes: StepWrites,
+) -> str:
     """Set late changes aside, move the waterline, and return the changes to apply."""
     classified = ctx.views.materialize(
-        "classified", late.classify(net, columns, rules, previous.waterline),
-        "LATENESS: the change, each row on time, late, null or future")
+        "classified",
+        late.classify(net, columns, rules, previous.waterline),
+        "LATENESS: the change, each row on time, late, null or future",
+    )
     with ctx.role("LATENESS: the new waterlines, and how many changes are late"):
-        row = ctx.session.query(late.waterline_query(classified, rules, previous.waterline,
-                                                     previous.max_seen))[0]
+        row = ctx.session.query(
+            late.waterline_query(classified, rules, previous.waterline, previous.max_seen)
+        )[0]
     result.late = int(row["late"])
     for i, rule in enumerate(rules):
         record.waterline[rule.column.name] = row[f"w_{i}"]
         record.max_seen[rule.column.name] = row[f"m_{i}"]
     writes.quarantine = QuarantineWrite(classified, columns, rules)
     # A plain view over the materialized `classified`: counted and applied, never recomputed.
-    return ctx.views.view("on_time", late.on_time(classified, columns),
-                          "LATENESS: the changes on time")
+    return ctx.views.view(
+        "on_time", late.on_time(classified, columns), "LATENESS: the changes on time"
+    )

@@ -77,12 +77,19 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
     model = ctx.model
     read = inputs.describe_inputs(ctx, compiled_sql)
     output_columns = inputs.describe_query(ctx.session, compiled_sql)
-    plan = plan_step(compiled_sql, [i.table for i in read], output_columns,
-                     inputs.describer(ctx.session, read))
+    plan = plan_step(
+        compiled_sql, [i.table for i in read], output_columns, inputs.describer(ctx.session, read)
+    )
     rules = event_time_rules(ctx, output_columns)
     fingerprint = sql_fingerprint(compiled_sql)
-    found = Explanation(model, plan, rules, merge_key(plan, rules.columns),
-                        [InputReading(i.table.name, i.version) for i in read], fingerprint)
+    found = Explanation(
+        model,
+        plan,
+        rules,
+        merge_key(plan, rules.columns),
+        [InputReading(i.table.name, i.version) for i in read],
+        fingerprint,
+    )
     try:
         final_columns(model, plan, rules.lateness, rules.watermark)
         found.last = bookkeeping.last_step(ctx)
@@ -96,7 +103,8 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
             found.problem = (
                 f"Model {model.name}: its SQL changed since step {last.step}, so its table no "
                 f"longer matches its query. Run `dbt run --full-refresh --select {model.name}` "
-                "to rebuild it from its inputs.")
+                "to rebuild it from its inputs."
+            )
         pending = model.table_name("__pending")
         if rules.watermark and ctx.delta_log.exists(pending):
             found.held = int(ctx.session.query(held_count(model.pending_table))[0]["n"])
@@ -105,19 +113,24 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
 
 def held_count(pending_table: str) -> str:
     """The copies of changes `__pending` holds (docs/tables.md: its released step is NULL)."""
-    return (f"SELECT COALESCE(SUM(abs(_streamsql_weight)), 0) AS n FROM {pending_table} "
-            "WHERE _streamsql_released_step IS NULL")
+    return (
+        f"SELECT COALESCE(SUM(abs(_streamsql_weight)), 0) AS n FROM {pending_table} "
+        "WHERE _streamsql_released_step IS NULL"
+    )
 
 
 # -- the text ----------------------------------------------------------------------------------
+
 
 def format_explanation(found: Explanation) -> str:
     model, plan = found.model, found.plan
     lines = [f"streamsql_explain: {model.name} ({model.table_name()})", ""]
     plan_text = plan_lines(plan)
     if plan_name(plan, model) != plan.strategy:
-        plan_text[0] = (f"Plan: {plan_name(plan, model)} (emit_final: the model holds only "
-                        "final groups, each inserted once)")
+        plan_text[0] = (
+            f"Plan: {plan_name(plan, model)} (emit_final: the model holds only "
+            "final groups, each inserted once)"
+        )
     lines += plan_text
     lines += ["", "Tables:"]
     lines += aligned(table_rows(model, plan, found.rules))
@@ -125,8 +138,7 @@ def format_explanation(found: Explanation) -> str:
     lines += ["", "LATENESS:"] + lateness_lines(found)
     lines += ["", "WATERMARK:"] + watermark_lines(found)
     lines += ["", "Inputs (version read up to):"]
-    lines += aligned([(reading.name, input_text(reading, found.last))
-                      for reading in found.inputs])
+    lines += aligned([(reading.name, input_text(reading, found.last)) for reading in found.inputs])
     lines += ["", "Next step:"]
     for line in next_step_lines(found):
         lines += wrapped(line, "  ")
@@ -137,10 +149,13 @@ def plan_lines(plan: StepPlan) -> List[str]:
     """The plan, its reason, what is on the fast path and what is recomputed (and how not to)."""
     rows: List[Tuple[str, str]] = [("reason", plan.reason)]
     if plan.strategy == "recompute":
-        why = plan.reason[len(RECOMPUTE):] if plan.reason.startswith(RECOMPUTE) else plan.reason
+        why = plan.reason[len(RECOMPUTE) :] if plan.reason.startswith(RECOMPUTE) else plan.reason
         rows += [
-            ("fast path", "none: each step evaluates the whole query over its inputs and diffs "
-                          "the result with the model's table (costs more than a full rebuild)"),
+            (
+                "fast path",
+                "none: each step evaluates the whole query over its inputs and diffs "
+                "the result with the model's table (costs more than a full rebuild)",
+            ),
             ("recomputed", f"the whole query, because {why}"),
             ("to avoid it", avoid_recompute(why)),
         ]
@@ -151,14 +166,27 @@ def plan_lines(plan: StepPlan) -> List[str]:
     for stage in plan.stages:
         stage_top, stage_notes = split_reason(stage.reason)
         stage_below = [note for note in stage_notes if not is_partial_recompute(note)]
-        rows.append((stage.name, ", ".join([stage_top] + stage_below)
-                     + f" (an aggregate below the top, {stage_columns(stage)})"))
+        rows.append(
+            (
+                stage.name,
+                ", ".join([stage_top] + stage_below)
+                + f" (an aggregate below the top, {stage_columns(stage)})",
+            )
+        )
         notes += [note for note in stage_notes if is_partial_recompute(note)]
     partial = [note for note in notes if is_partial_recompute(note)]
     if not partial:
-        rows.append(("recomputed", "nothing: a step costs its inputs' change"
-                     + (" and the state of the groups it touches"
-                        if plan.aggregate is not None or plan.stages else "")))
+        rows.append(
+            (
+                "recomputed",
+                "nothing: a step costs its inputs' change"
+                + (
+                    " and the state of the groups it touches"
+                    if plan.aggregate is not None or plan.stages
+                    else ""
+                ),
+            )
+        )
     for note in dict.fromkeys(partial):
         rows.append(("recomputed", note))
         rows.append(("to avoid it", avoid_partial_recompute(note)))
@@ -167,11 +195,11 @@ def plan_lines(plan: StepPlan) -> List[str]:
 
 def top_reason(plan: StepPlan) -> str:
     """The plan's reason without the `fast path: ` prefix and the note on its stages."""
-    reason = plan.reason[len(FAST_PATH):] if plan.reason.startswith(FAST_PATH) else plan.reason
+    reason = plan.reason[len(FAST_PATH) :] if plan.reason.startswith(FAST_PATH) else plan.reason
     if plan.stages:
         marker = f"; over {len(plan.stages)} stage"
         if marker in reason:
-            reason = reason[:reason.index(marker)]
+            reason = reason[: reason.index(marker)]
     return reason
 
 
@@ -191,70 +219,108 @@ def stage_columns(stage: StagePlan) -> str:
 
 def avoid_partial_recompute(note: str) -> str:
     if note.startswith("min/max"):
-        return ("a group whose MIN or MAX a deletion (or an update) may have removed is "
-                "recomputed from the inputs; inputs that only gain rows never need it")
-    advice = ("each group a step touches is recomputed from the inputs for these functions; "
-              "COUNT, SUM, AVG, MIN and MAX are kept from the change alone")
+        return (
+            "a group whose MIN or MAX a deletion (or an update) may have removed is "
+            "recomputed from the inputs; inputs that only gain rows never need it"
+        )
+    advice = (
+        "each group a step touches is recomputed from the inputs for these functions; "
+        "COUNT, SUM, AVG, MIN and MAX are kept from the change alone"
+    )
     if "count(distinct)" in note:
-        advice += ("; COUNT(DISTINCT x) can be COUNT(*) over a SELECT DISTINCT of the group's "
-                   "columns and x in a derived table (a stage)")
+        advice += (
+            "; COUNT(DISTINCT x) can be COUNT(*) over a SELECT DISTINCT of the group's "
+            "columns and x in a derived table (a stage)"
+        )
     return advice
 
 
 # (pattern in the recompute reason, how to stay on a fast path), first match wins
 RECOMPUTE_ADVICE: Tuple[Tuple[str, str], ...] = (
-    (r"without partition by",
-     "partition the window (PARTITION BY) and filter its rank by a constant (= c, <= c, < c) "
-     "in the query right above it: a top-K per partition is maintained"),
-    (r"window function|named window|window clause|qualify",
-     "only ROW_NUMBER, RANK and DENSE_RANK with PARTITION BY, whose rank the query right above "
-     "filters by a constant (= c, <= c, < c, or QUALIFY), are maintained; compute other window "
-     "functions in a model that is a table, or where the view is read"),
-    (r"^(limit|offset|fetch) ",
-     "keep the top rows per partition instead (ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) "
-     "filtered by <= k in the query above it), or apply the LIMIT where the view is read"),
-    (r"not in \(subquery\) over several columns|correlated not in",
-     "write it as NOT EXISTS correlated by equalities (NOT EXISTS ignores NULLs where NOT IN "
-     "does not: check that they cannot occur)"),
-    (r"without an equality",
-     "add an equality (= or <=>) between the two sides: to the join's ON, or to the "
-     "subquery's WHERE"),
-    (r"(in \(subquery\)|exists) other than",
-     "AND the condition into the WHERE clause where that keeps its meaning, or write it as a "
-     "LEFT SEMI / LEFT ANTI JOIN with an equality"),
-    (r"scalar subquery",
-     "join the subquery instead: an aggregate in a joined derived table is maintained as a "
-     "stage"),
-    (r"nondeterministic function",
-     "compute the value outside the model: in its source, in a model that reads it, or pass a "
-     "constant with var()"),
-    (r"user-defined function",
-     "use Spark's built-in functions, or apply the function where the view is read"),
+    (
+        r"without partition by",
+        "partition the window (PARTITION BY) and filter its rank by a constant (= c, <= c, < c) "
+        "in the query right above it: a top-K per partition is maintained",
+    ),
+    (
+        r"window function|named window|window clause|qualify",
+        "only ROW_NUMBER, RANK and DENSE_RANK with PARTITION BY, whose rank the query right above "
+        "filters by a constant (= c, <= c, < c, or QUALIFY), are maintained; compute other window "
+        "functions in a model that is a table, or where the view is read",
+    ),
+    (
+        r"^(limit|offset|fetch) ",
+        "keep the top rows per partition instead (ROW_NUMBER() OVER (PARTITION BY ... "
+        "ORDER BY ...) filtered by <= k in the query above it), "
+        "or apply the LIMIT where the view is read",
+    ),
+    (
+        r"not in \(subquery\) over several columns|correlated not in",
+        "write it as NOT EXISTS correlated by equalities (NOT EXISTS ignores NULLs where NOT IN "
+        "does not: check that they cannot occur)",
+    ),
+    (
+        r"without an equality",
+        "add an equality (= or <=>) between the two sides: to the join's ON, or to the "
+        "subquery's WHERE",
+    ),
+    (
+        r"(in \(subquery\)|exists) other than",
+        "AND the condition into the WHERE clause where that keeps its meaning, or write it as a "
+        "LEFT SEMI / LEFT ANTI JOIN with an equality",
+    ),
+    (
+        r"scalar subquery",
+        "join the subquery instead: an aggregate in a joined derived table is maintained as a "
+        "stage",
+    ),
+    (
+        r"nondeterministic function",
+        "compute the value outside the model: in its source, in a model that reads it, or pass a "
+        "constant with var()",
+    ),
+    (
+        r"user-defined function",
+        "use Spark's built-in functions, or apply the function where the view is read",
+    ),
     (r"parenthesized join", "write the joins one after another, without parentheses"),
-    (r"^(intersect|except)",
-     "write INTERSECT as IN / EXISTS and EXCEPT as NOT EXISTS (with DISTINCT above for set "
-     "semantics)"),
+    (
+        r"^(intersect|except)",
+        "write INTERSECT as IN / EXISTS and EXCEPT as NOT EXISTS (with DISTINCT above for set "
+        "semantics)",
+    ),
     (r"group by all", "list the GROUP BY expressions"),
-    (r"grouping sets|rollup|cube",
-     "one GROUP BY per grouping, as a UNION ALL of them or one model each"),
+    (
+        r"grouping sets|rollup|cube",
+        "one GROUP BY per grouping, as a UNION ALL of them or one model each",
+    ),
     (r"distinct on", "use ROW_NUMBER() OVER (PARTITION BY ...) = 1 in the query above it"),
-    (r"distinct over an aggregate",
-     "drop the DISTINCT (a GROUP BY's rows are distinct already) or apply it in a model that "
-     "reads this one"),
-    (r"merges rows across changes",
-     "use window() (tumbling or hopping windows), which are maintained"),
-    (r"listagg|string_agg",
-     "collect_list() (recomputed for changed groups only) with array_join() in a projection "
-     "above it"),
-    (r"below the top of the query",
-     "move the block into a derived table or CTE that the rest of the query joins or "
-     "aggregates: it is then maintained as a stage"),
+    (
+        r"distinct over an aggregate",
+        "drop the DISTINCT (a GROUP BY's rows are distinct already) or apply it in a model that "
+        "reads this one",
+    ),
+    (
+        r"merges rows across changes",
+        "use window() (tumbling or hopping windows), which are maintained",
+    ),
+    (
+        r"listagg|string_agg",
+        "collect_list() (recomputed for changed groups only) with array_join() in a projection "
+        "above it",
+    ),
+    (
+        r"below the top of the query",
+        "move the block into a derived table or CTE that the rest of the query joins or "
+        "aggregates: it is then maintained as a stage",
+    ),
     (r"reads no input", "the query reads no table, so no step ever changes it"),
-    (r"sqlglot cannot parse",
-     "rewrite the construct that sqlglot's Spark dialect cannot parse"),
-    (r"tablesample|pivot|time travel|lateral subquery|recursive cte",
-     "it has no incremental form: a model that must be rebuilt each run costs less as a table "
-     "(no diff)"),
+    (r"sqlglot cannot parse", "rewrite the construct that sqlglot's Spark dialect cannot parse"),
+    (
+        r"tablesample|pivot|time travel|lateral subquery|recursive cte",
+        "it has no incremental form: a model that must be rebuilt each run costs less as a table "
+        "(no diff)",
+    ),
 )
 
 
@@ -267,18 +333,25 @@ def avoid_recompute(why: str) -> str:
     return "see docs/sql-support.md for what the fast paths maintain"
 
 
-def table_rows(model: ModelSettings, plan: StepPlan,
-               rules: EventTimeRules) -> List[Tuple[str, str]]:
+def table_rows(
+    model: ModelSettings, plan: StepPlan, rules: EventTimeRules
+) -> List[Tuple[str, str]]:
     rows = [(model.table_name(), "the model: one Delta commit per step, with the step record")]
     for stage in plan.stages:
-        rows.append((model.table_name(f"__streamsql_{stage.name}"),
-                     f"per-group state of {stage.name} (internal)"))
+        rows.append(
+            (
+                model.table_name(f"__streamsql_{stage.name}"),
+                f"per-group state of {stage.name} (internal)",
+            )
+        )
     if plan.aggregate is not None:
-        rows.append((model.table_name("__streamsql_state"),
-                     "per-group partial aggregates (internal)"))
+        rows.append(
+            (model.table_name("__streamsql_state"), "per-group partial aggregates (internal)")
+        )
     if rules.lateness:
-        rows.append((model.table_name("__late"),
-                     "LATENESS quarantine: late, NULL and future changes"))
+        rows.append(
+            (model.table_name("__late"), "LATENESS quarantine: late, NULL and future changes")
+        )
         rows.append((model.table_name("__waterline"), "the waterline of each step"))
     if rules.watermark:
         rows.append((model.table_name("__pending"), "changes WATERMARK holds or held"))
@@ -286,20 +359,29 @@ def table_rows(model: ModelSettings, plan: StepPlan,
 
 
 def merge_key_text(plan: StepPlan, rules: EventTimeRules, key: Optional[Sequence[str]]) -> str:
-    whole = ("a step that only adds rows appends them (INSERT); one that removes rows MERGEs "
-             "the change matching whole rows")
+    whole = (
+        "a step that only adds rows appends them (INSERT); one that removes rows MERGEs "
+        "the change matching whole rows"
+    )
     if key is not None:
         if not key:
             return "the one row of a global aggregate, updated in place (MERGE)"
-        return (f"({', '.join(key)}): a changed group's row is updated in place (MERGE by key); "
-                "a step that only adds rows appends them")
+        return (
+            f"({', '.join(key)}): a changed group's row is updated in place (MERGE by key); "
+            "a step that only adds rows appends them"
+        )
     if plan.aggregate is not None and plan.aggregate.key_columns is not None:
         named = ", ".join(plan.aggregate.key_columns)
-        outside = [name for name in rules.columns
-                   if name.lower() not in {k.lower() for k in plan.aggregate.key_columns}]
-        return (f"none: the output names its groups by ({named}), but the LATENESS/WATERMARK "
-                f"column(s) {', '.join(outside)} are not among them, so a group's old and new "
-                f"row can differ in lateness; {whole}")
+        outside = [
+            name
+            for name in rules.columns
+            if name.lower() not in {k.lower() for k in plan.aggregate.key_columns}
+        ]
+        return (
+            f"none: the output names its groups by ({named}), but the LATENESS/WATERMARK "
+            f"column(s) {', '.join(outside)} are not among them, so a group's old and new "
+            f"row can differ in lateness; {whole}"
+        )
     if plan.aggregate is not None:
         return f"none: the output does not name its groups; {whole}"
     return f"none: {whole}"
@@ -317,14 +399,18 @@ def lateness_lines(found: Explanation) -> List[str]:
             text += f", max_future {rule.max_future}"
         lines += wrapped(text, "  ")
         if last is None:
-            text = ("no step yet: the first step sets the waterline (nothing is late in it but "
-                    "NULL and future values)")
+            text = (
+                "no step yet: the first step sets the waterline (nothing is late in it but "
+                "NULL and future values)"
+            )
         elif last.waterline.get(name) is None:
             text = f"no waterline after step {last.step} yet: no value seen"
         else:
-            text = (f"waterline after step {last.step}: {last.waterline[name]} (largest value "
-                    f"seen: {last.max_seen.get(name)}); the next step quarantines a change "
-                    "below it")
+            text = (
+                f"waterline after step {last.step}: {last.waterline[name]} (largest value "
+                f"seen: {last.max_seen.get(name)}); the next step quarantines a change "
+                "below it"
+            )
         lines += wrapped(text, "    ")
     return lines
 
@@ -335,27 +421,35 @@ def watermark_lines(found: Explanation) -> List[str]:
     lines = []
     for rule in found.rules.watermark:
         name = rule.column.name
-        lines += wrapped(f"{name} ({rule.column.data_type}): watermark {rule.delay}: a change "
-                         f"is held until one at least {rule.delay} newer has been seen", "  ")
+        lines += wrapped(
+            f"{name} ({rule.column.data_type}): watermark {rule.delay}: a change "
+            f"is held until one at least {rule.delay} newer has been seen",
+            "  ",
+        )
         if found.last is not None:
-            lines += wrapped(f"largest value seen after step {found.last.step}: "
-                             f"{found.last.watermark_seen.get(name)}", "    ")
+            lines += wrapped(
+                f"largest value seen after step {found.last.step}: "
+                f"{found.last.watermark_seen.get(name)}",
+                "    ",
+            )
     if found.held is not None:
-        lines += wrapped(f"held now: {found.held} change(s); streamsql_flush releases them "
-                         "all", "  ")
+        lines += wrapped(
+            f"held now: {found.held} change(s); streamsql_flush releases them all", "  "
+        )
     return lines
 
 
 def input_text(reading: InputReading, last: Optional[StepRecord]) -> str:
     if last is None or reading.last_version is None:
-        return (f"not read yet; the next step reads version {reading.next_version} "
-                "in full")
+        return f"not read yet; the next step reads version {reading.next_version} in full"
     if reading.last_version == reading.next_version:
         return f"step {last.step} read version {reading.last_version}; unchanged since"
     commits = reading.next_version - reading.last_version
-    return (f"step {last.step} read version {reading.last_version}; the next step reads "
-            f"{reading.last_version + 1}..{reading.next_version} ({commits} commit"
-            f"{'s' if commits != 1 else ''})")
+    return (
+        f"step {last.step} read version {reading.last_version}; the next step reads "
+        f"{reading.last_version + 1}..{reading.next_version} ({commits} commit"
+        f"{'s' if commits != 1 else ''})"
+    )
 
 
 def next_step_lines(found: Explanation) -> List[str]:
@@ -363,14 +457,17 @@ def next_step_lines(found: Explanation) -> List[str]:
     if found.problem is not None:
         return [f"fails before it reads anything: {found.problem}"]
     if last is None:
-        return ["not run yet: the first `dbt run` creates the model's tables and reads every "
-                "input in full"]
+        return [
+            "not run yet: the first `dbt run` creates the model's tables and reads every "
+            "input in full"
+        ]
     lines = [f"SQL: the same as step {last.step}'s (fingerprint {found.fingerprint})"]
     if last.plan and last.plan != plan_name(found.plan, found.model):
         lines.append(f"step {last.step} ran a {last.plan} plan ({last.reason})")
     if all(r.last_version == r.next_version for r in found.inputs):
-        lines.append(f"no input changed since step {last.step}: the next run is not a step "
-                     "(nothing to do)")
+        lines.append(
+            f"no input changed since step {last.step}: the next run is not a step (nothing to do)"
+        )
     else:
         lines.append(f"step {last.step + 1} reads the inputs' changes listed above")
     return lines
@@ -382,11 +479,17 @@ def aligned(rows: Sequence[Tuple[str, str]]) -> List[str]:
     lines = []
     for label, text in rows:
         indent = " " * (width + 4)
-        lines += textwrap.wrap(text, WIDTH, initial_indent=f"  {label.ljust(width)}  ",
-                               subsequent_indent=indent, break_on_hyphens=False) or [label]
+        lines += textwrap.wrap(
+            text,
+            WIDTH,
+            initial_indent=f"  {label.ljust(width)}  ",
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        ) or [label]
     return lines
 
 
 def wrapped(text: str, indent: str) -> List[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
-                         break_on_hyphens=False)
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
+    )

@@ -75,9 +75,14 @@ def describe_input(ctx: StepContext, name: str) -> InputState:
             "the step cannot tell what changed. Enable it with: ALTER TABLE "
             f"{name} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
         )
-    return InputState(InputTable(name, snapshot.columns), quoted(name), snapshot.version,
-                      snapshot.table_id, size_bytes=snapshot.size_bytes,
-                      properties=snapshot.properties)
+    return InputState(
+        InputTable(name, snapshot.columns),
+        quoted(name),
+        snapshot.version,
+        snapshot.table_id,
+        size_bytes=snapshot.size_bytes,
+        properties=snapshot.properties,
+    )
 
 
 def pinned(item: InputState, versions: Mapping[str, int]) -> InputState:
@@ -89,8 +94,10 @@ def pinned(item: InputState, versions: Mapping[str, int]) -> InputState:
 
 def describe_query(session: SqlSession, select: str) -> List[Column]:
     body = select.strip().rstrip(";")
-    return [Column(row["col_name"], row["data_type"])
-            for row in describe_rows(session, f"DESCRIBE QUERY {body}")]
+    return [
+        Column(row["col_name"], row["data_type"])
+        for row in describe_rows(session, f"DESCRIBE QUERY {body}")
+    ]
 
 
 def describe_rows(session: SqlSession, statement: str) -> List[Dict[str, Any]]:
@@ -115,13 +122,14 @@ def describe_views(inputs: Sequence[InputState], stages: Sequence[StagePlan]) ->
     views: Dict[str, str] = {}
     for i, item in enumerate(inputs):
         views[new_input(i)] = views[old_input(i)] = f"(SELECT * FROM {item.relation})"
-        views[delta_input(i)] = (f"(SELECT *, CAST(1 AS BIGINT) AS {WEIGHT} "
-                                 f"FROM {item.relation})")
+        views[delta_input(i)] = f"(SELECT *, CAST(1 AS BIGINT) AS {WEIGHT} FROM {item.relation})"
     for stage in stages:
         views[new_input(stage.position)] = views[old_input(stage.position)] = (
-            f"({sql.typed_nothing(stage.columns)})")
+            f"({sql.typed_nothing(stage.columns)})"
+        )
         views[delta_input(stage.position)] = (
-            f"({sql.typed_nothing(list(stage.columns) + [Column(WEIGHT, 'bigint')])})")
+            f"({sql.typed_nothing(list(stage.columns) + [Column(WEIGHT, 'bigint')])})"
+        )
     return views
 
 
@@ -137,8 +145,9 @@ class InputChange:
     size_bytes: Optional[int] = None  # bytes of data files its commits added and removed
 
 
-def read_changes(ctx: StepContext, read: Sequence[InputState],
-                 previous: StepRecord) -> List[InputChange]:
+def read_changes(
+    ctx: StepContext, read: Sequence[InputState], previous: StepRecord
+) -> List[InputChange]:
     """Each input's change since the last step, counted from its commits where they tell."""
     changes = []
     for item in read:
@@ -147,8 +156,9 @@ def read_changes(ctx: StepContext, read: Sequence[InputState],
         if before == item.version:
             change.rows, change.removals, change.size_bytes = 0, 0, 0
         elif before is not None:
-            with ctx.role(f"the commits of {item.table.name} since version {before}: how "
-                          "many rows changed"):
+            with ctx.role(
+                f"the commits of {item.table.name} since version {before}: how many rows changed"
+            ):
                 commits = ctx.delta_log.commits(item.table.name, before + 1, item.version)
             change.commits = commits
             counts = [commit.change_rows for commit in commits]
@@ -162,8 +172,9 @@ def read_changes(ctx: StepContext, read: Sequence[InputState],
     return changes
 
 
-def bind_inputs(ctx: StepContext, changes: Sequence[InputChange], result: StepResult,
-                reads: Mapping[str, int]) -> int:
+def bind_inputs(
+    ctx: StepContext, changes: Sequence[InputChange], result: StepResult, reads: Mapping[str, int]
+) -> int:
     """Define each input's new, old and delta placeholders; count the changes read into `result`.
 
     Returns how many rows of the changes remove a row. `reads`: how many times the step may read
@@ -175,21 +186,38 @@ def bind_inputs(ctx: StepContext, changes: Sequence[InputChange], result: StepRe
     for i, change in enumerate(changes):
         item, before = change.input, change.before
         relation, cols, now, name = item.relation, item.table.columns, item.version, item.table.name
-        bindings.define(new_input(i), f"new_{i}", sql.input_as_of(relation, now),
-                        role=f"{name} as of version {now}")
+        bindings.define(
+            new_input(i),
+            f"new_{i}",
+            sql.input_as_of(relation, now),
+            role=f"{name} as of version {now}",
+        )
         if before is None:  # the whole input is the change
-            bindings.define(old_input(i), f"old_{i}", sql.empty_input(relation, now),
-                            role=f"{name} before the first step: nothing")
-            bindings.define(delta_input(i), f"delta_{i}",
-                            sql.input_snapshot_as_change(relation, cols, now),
-                            role=f"all of {name} as of version {now} (a first step's change)")
+            bindings.define(
+                old_input(i),
+                f"old_{i}",
+                sql.empty_input(relation, now),
+                role=f"{name} before the first step: nothing",
+            )
+            bindings.define(
+                delta_input(i),
+                f"delta_{i}",
+                sql.input_snapshot_as_change(relation, cols, now),
+                role=f"all of {name} as of version {now} (a first step's change)",
+            )
             with ctx.role(f"count the rows of {name} version {now} (a first step reads them all)"):
-                result.changes_read += int(session.query(
-                    sql.count_rows(f"{relation} VERSION AS OF {now}"))[0]["n"])
+                result.changes_read += int(
+                    session.query(sql.count_rows(f"{relation} VERSION AS OF {now}"))[0]["n"]
+                )
             continue
         # An older version: a view, so that Delta rebuilds its file list once at most.
-        bindings.define(old_input(i), f"old_{i}", sql.input_as_of(relation, before), VIEW,
-                        role=f"{name} as of version {before}, before the step")
+        bindings.define(
+            old_input(i),
+            f"old_{i}",
+            sql.input_as_of(relation, before),
+            VIEW,
+            role=f"{name} as of version {before}, before the step",
+        )
         if before == now:
             change_sql = sql.input_snapshot_as_change(relation, cols, now) + " WHERE false"
             read = f"{name}: no change since version {now}"

@@ -21,8 +21,9 @@ from dbt.adapters.streamsql.execution.context import StepContext, StepError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 
-def key_columns(ctx: StepContext, columns: Sequence[Column],
-                event_time_columns: Sequence[str]) -> Optional[List[str]]:
+def key_columns(
+    ctx: StepContext, columns: Sequence[Column], event_time_columns: Sequence[str]
+) -> Optional[List[str]]:
     """The model's unique_key, as its output columns' names; None without one.
 
     Raises:
@@ -38,21 +39,27 @@ def key_columns(ctx: StepContext, columns: Sequence[Column],
         raise StepError(
             f"Model {ctx.model.name}: config unique_key names {', '.join(unknown)}, which the "
             f"model does not have (its columns: {', '.join(c.name for c in columns)}). Name "
-            "output columns of the model.")
+            "output columns of the model."
+        )
     key = [by_name[name.lower()] for name in wanted]
-    outside = [name for name in event_time_columns if name.lower() not in
-               {k.lower() for k in key}]
+    outside = [name for name in event_time_columns if name.lower() not in {k.lower() for k in key}]
     if outside:
         raise StepError(
             f"Model {ctx.model.name}: config unique_key ({', '.join(key)}) leaves out "
             f"{', '.join(outside)}, which LATENESS or WATERMARK judge: a late or held half of "
             "an update would leave two rows with one key. Add those columns to unique_key, or "
-            "remove unique_key.")
+            "remove unique_key."
+        )
     return key
 
 
-def check_unique(ctx: StepContext, change: ModelChange, columns: Sequence[Column],
-                 key: Optional[Sequence[str]], step: int) -> None:
+def check_unique(
+    ctx: StepContext,
+    change: ModelChange,
+    columns: Sequence[Column],
+    key: Optional[Sequence[str]],
+    step: int,
+) -> None:
     """Fail unless every key the change touches has at most one row after the step.
 
     Raises:
@@ -68,11 +75,12 @@ def check_unique(ctx: StepContext, change: ModelChange, columns: Sequence[Column
         f"SELECT {sql.column_list(keys, 't.')}, CAST(1 AS BIGINT) AS n "
         f"FROM {ctx.model.target} t LEFT SEMI JOIN {touched} c "
         f"ON {sql.null_safe_match(keys, 't', 'c')} "
-        f"UNION ALL SELECT {cols}, {WEIGHT} AS n FROM {change.relation}")
+        f"UNION ALL SELECT {cols}, {WEIGHT} AS n FROM {change.relation}"
+    )
     with ctx.role("unique_key: would a key have two rows after the step?"):
         rows = ctx.session.query(
-            f"SELECT {cols}, SUM(n) AS n FROM ({counted}) GROUP BY {cols} HAVING SUM(n) > 1 "
-            "LIMIT 1")
+            f"SELECT {cols}, SUM(n) AS n FROM ({counted}) GROUP BY {cols} HAVING SUM(n) > 1 LIMIT 1"
+        )
     if rows:
         row = rows[0]
         value = ", ".join(f"{c.name} = {row[c.name]!r}" for c in keys)
@@ -80,4 +88,5 @@ def check_unique(ctx: StepContext, change: ModelChange, columns: Sequence[Column
             f"Model {ctx.model.name}: unique_key ({', '.join(c.name for c in keys)}) would not "
             f"be unique after step {step}: the model would hold {row['n']} rows with {value}. "
             f"Nothing was changed. The model's query gives several rows for that key: fix the "
-            f"inputs or the query, or remove unique_key.")
+            f"inputs or the query, or remove unique_key."
+        )

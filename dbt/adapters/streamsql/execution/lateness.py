@@ -68,9 +68,12 @@ def constant_expression(text: str) -> bool:
     return not any(True for _ in select.find_all(exp.Column, exp.Subquery, exp.Star))
 
 
-def lateness_rules(model: str, output_columns: Sequence[Column],
-                   lateness: Optional[Mapping[str, object]],
-                   max_future: Optional[Mapping[str, object]]) -> List[LatenessRule]:
+def lateness_rules(
+    model: str,
+    output_columns: Sequence[Column],
+    lateness: Optional[Mapping[str, object]],
+    max_future: Optional[Mapping[str, object]],
+) -> List[LatenessRule]:
     """Rules from the model's config, checked for what can be checked without Spark."""
     lateness = dict(lateness or {})
     max_future = dict(max_future or {})
@@ -80,7 +83,7 @@ def lateness_rules(model: str, output_columns: Sequence[Column],
             if not constant_expression(str(value)):
                 raise LatenessConfigError(
                     f"Model {model}: config {config_name}[{name}] = {value!r} is not a constant "
-                    "expression. Use a literal such as \"INTERVAL 1 HOUR\" or \"1000\"."
+                    'expression. Use a literal such as "INTERVAL 1 HOUR" or "1000".'
                 )
     for name in max_future:
         if str(name).lower() not in {str(k).lower() for k in lateness}:
@@ -89,14 +92,18 @@ def lateness_rules(model: str, output_columns: Sequence[Column],
                 "Declare lateness for that column too."
             )
     return [
-        LatenessRule(find_column(model, "lateness", output_columns, str(name)), str(value),
-                     _lookup(max_future, str(name)))
+        LatenessRule(
+            find_column(model, "lateness", output_columns, str(name)),
+            str(value),
+            _lookup(max_future, str(name)),
+        )
         for name, value in lateness.items()
     ]
 
 
-def find_column(model: str, config_name: str, output_columns: Sequence[Column],
-                name: str) -> Column:
+def find_column(
+    model: str, config_name: str, output_columns: Sequence[Column], name: str
+) -> Column:
     """The model's output column a config names (case-insensitively), or a clear error."""
     for column in output_columns:
         if column.name.lower() == name.lower():
@@ -145,8 +152,10 @@ def subtraction_error(rule: LatenessRule, difference_type: str) -> Optional[str]
     if column_family not in ("number", "timestamp", "date"):
         return f"a {rule.column.data_type} column has no order that LATENESS can measure"
     if type_family(difference_type) != column_family:
-        return (f"{rule.column.data_type} - ({rule.lateness}) is a {difference_type}, "
-                f"not a {rule.column.data_type}")
+        return (
+            f"{rule.column.data_type} - ({rule.lateness}) is a {difference_type}, "
+            f"not a {rule.column.data_type}"
+        )
     return None
 
 
@@ -154,8 +163,12 @@ def _future(rule: LatenessRule) -> str:
     return f"{quote(rule.column.name)} > current_timestamp() + ({rule.max_future})"
 
 
-def classify(net_view: str, columns: Sequence[Column], rules: Sequence[LatenessRule],
-             waterline: Mapping[str, Optional[str]]) -> str:
+def classify(
+    net_view: str,
+    columns: Sequence[Column],
+    rules: Sequence[LatenessRule],
+    waterline: Mapping[str, Optional[str]],
+) -> str:
     """The change with the column and reason that make a row late (both NULL when it is not)."""
     cases: List[tuple] = []
     for rule in rules:
@@ -166,19 +179,25 @@ def classify(net_view: str, columns: Sequence[Column], rules: Sequence[LatenessR
     for rule in rules:
         previous = waterline.get(rule.column.name)
         if previous is not None:
-            cases.append((f"{quote(rule.column.name)} < {rule.literal(previous)}",
-                          rule.column.name, "late"))
+            cases.append(
+                (f"{quote(rule.column.name)} < {rule.literal(previous)}", rule.column.name, "late")
+            )
     if not cases:
-        return f"SELECT *, CAST(NULL AS STRING) AS {LATE_COLUMN}, " \
-               f"CAST(NULL AS STRING) AS {REASON} FROM {net_view}"
+        return (
+            f"SELECT *, CAST(NULL AS STRING) AS {LATE_COLUMN}, "
+            f"CAST(NULL AS STRING) AS {REASON} FROM {net_view}"
+        )
     column_case = " ".join(f"WHEN {cond} THEN '{name}'" for cond, name, _ in cases)
     reason_case = " ".join(f"WHEN {cond} THEN '{reason}'" for cond, _, reason in cases)
-    return (f"SELECT {column_list(columns)}, {WEIGHT}, CASE {column_case} END AS {LATE_COLUMN}, "
-            f"CASE {reason_case} END AS {REASON} FROM {net_view}")
+    return (
+        f"SELECT {column_list(columns)}, {WEIGHT}, CASE {column_case} END AS {LATE_COLUMN}, "
+        f"CASE {reason_case} END AS {REASON} FROM {net_view}"
+    )
 
 
-def target_bounds(rules: Sequence[LatenessRule],
-                  waterline: Mapping[str, Optional[str]]) -> List[str]:
+def target_bounds(
+    rules: Sequence[LatenessRule], waterline: Mapping[str, Optional[str]]
+) -> List[str]:
     """Predicates every row a step may delete from the model satisfies.
 
     A change is applied only if its value is at or above the previous waterline in every
@@ -187,13 +206,16 @@ def target_bounds(rules: Sequence[LatenessRule],
     """
     return [
         f"t.{quote(rule.column.name)} >= {rule.literal(waterline[rule.column.name])}"
-        for rule in rules if waterline.get(rule.column.name) is not None
+        for rule in rules
+        if waterline.get(rule.column.name) is not None
     ]
 
 
-def final_group_columns(rules: Sequence[LatenessRule], waterline: Mapping[str, Optional[str]],
-                        group_outputs: Sequence[Tuple[str, str]]
-                        ) -> List[Tuple[LatenessRule, str, str]]:
+def final_group_columns(
+    rules: Sequence[LatenessRule],
+    waterline: Mapping[str, Optional[str]],
+    group_outputs: Sequence[Tuple[str, str]],
+) -> List[Tuple[LatenessRule, str, str]]:
     """(rule, expression, previous waterline) for lateness columns an aggregate's group decides.
 
     Where a lateness column is computed from the group alone (a window start, a truncated hour;
@@ -210,8 +232,9 @@ def final_group_columns(rules: Sequence[LatenessRule], waterline: Mapping[str, O
     return found
 
 
-def open_groups(rule: LatenessRule, expression: str, waterline: str,
-                also: Sequence[str] = ()) -> str:
+def open_groups(
+    rule: LatenessRule, expression: str, waterline: str, also: Sequence[str] = ()
+) -> str:
     """A predicate over a state row: its group is not final, or its value is one of `also`.
 
     Groups with NULL there are kept: few, and any change to them is late anyway. Every part is
@@ -227,9 +250,12 @@ def on_time(classified_view: str, columns: Sequence[Column]) -> str:
     return f"SELECT {column_list(columns)}, {WEIGHT} FROM {classified_view} WHERE {REASON} IS NULL"
 
 
-def waterline_query(classified_view: str, rules: Sequence[LatenessRule],
-                    waterline: Mapping[str, Optional[str]],
-                    max_seen: Mapping[str, Optional[str]]) -> str:
+def waterline_query(
+    classified_view: str,
+    rules: Sequence[LatenessRule],
+    waterline: Mapping[str, Optional[str]],
+    max_seen: Mapping[str, Optional[str]],
+) -> str:
     """One row: for each rule `w_<i>` (the new waterline) and `m_<i>` (the largest value seen
     so far, this step included), as strings; and `late`, how many rows are set aside."""
     parts = [f"COALESCE(SUM(abs({WEIGHT})) FILTER (WHERE {REASON} IS NOT NULL), 0) AS late"]
@@ -253,15 +279,21 @@ def late_table_columns(columns: Sequence[Column]) -> List[Column]:
     return list(columns) + list(QUARANTINE_COLUMNS)
 
 
-def quarantine_rows(classified_view: str, columns: Sequence[Column], step: int,
-                    waterline: Mapping[str, Optional[str]]) -> str:
+def quarantine_rows(
+    classified_view: str,
+    columns: Sequence[Column],
+    step: int,
+    waterline: Mapping[str, Optional[str]],
+) -> str:
     """The rows a step adds to `<model>__late` (`late_table_columns`): its late changes, one
     row per copy. (The macro `streamsql_append_late_rows` makes the statement that adds them.)"""
     known = [(name, value) for name, value in waterline.items() if value is not None]
     waterline_case = (
-        "CASE " + " ".join(f"WHEN {LATE_COLUMN} = '{name}' THEN '{value}'"
-                           for name, value in known) + " END"
-        if known else "CAST(NULL AS STRING)"
+        "CASE "
+        + " ".join(f"WHEN {LATE_COLUMN} = '{name}' THEN '{value}'" for name, value in known)
+        + " END"
+        if known
+        else "CAST(NULL AS STRING)"
     )
     return (
         f"SELECT {column_list(columns)}, CAST({step} AS BIGINT), "
@@ -272,8 +304,12 @@ def quarantine_rows(classified_view: str, columns: Sequence[Column], step: int,
     )
 
 
-def waterline_rows(step: int, rules: Sequence[LatenessRule], values: Dict[str, Optional[str]],
-                   max_seen: Dict[str, Optional[str]]) -> str:
+def waterline_rows(
+    step: int,
+    rules: Sequence[LatenessRule],
+    values: Dict[str, Optional[str]],
+    max_seen: Dict[str, Optional[str]],
+) -> str:
     """The rows a step adds to `<model>__waterline` (WATERLINE_COLUMNS), one per rule, as
     VALUES. (The macro `streamsql_append_waterline_rows` makes the statement that adds them.)"""
     rows = []
@@ -288,4 +324,3 @@ def waterline_rows(step: int, rules: Sequence[LatenessRule], values: Dict[str, O
 
 def _string_or_null(value: Optional[str]) -> str:
     return "CAST(NULL AS STRING)" if value is None else "'" + value.replace("'", "''") + "'"
-

@@ -65,13 +65,21 @@ class StepRecord:
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
         return StepRecord(
-            step=self.step + 1, run_id=run_id, sql_fingerprint=self.sql_fingerprint,
-            incarnation=self.incarnation, input_versions=input_versions,
-            state_tables=list(self.state_tables), waterline=dict(self.waterline),
-            max_seen=dict(self.max_seen), watermark_seen=dict(self.watermark_seen),
-            plan=self.plan, reason=self.reason, state_layout=self.state_layout,
+            step=self.step + 1,
+            run_id=run_id,
+            sql_fingerprint=self.sql_fingerprint,
+            incarnation=self.incarnation,
+            input_versions=input_versions,
+            state_tables=list(self.state_tables),
+            waterline=dict(self.waterline),
+            max_seen=dict(self.max_seen),
+            watermark_seen=dict(self.watermark_seen),
+            plan=self.plan,
+            reason=self.reason,
+            state_layout=self.state_layout,
             state_log={name: list(counts) for name, counts in self.state_log.items()},
-            input_ids=dict(self.input_ids), columns=[list(c) for c in self.columns],
+            input_ids=dict(self.input_ids),
+            columns=[list(c) for c in self.columns],
             emit_final=self.emit_final,
         )
 
@@ -80,8 +88,12 @@ class StepRecord:
 
         Only for records that say which plan they ran (the run reports it without planning).
         """
-        return (self.step > 0 and bool(self.plan) and self.sql_fingerprint == sql_fingerprint
-                and self.input_versions == input_versions)
+        return (
+            self.step > 0
+            and bool(self.plan)
+            and self.sql_fingerprint == sql_fingerprint
+            and self.input_versions == input_versions
+        )
 
     def to_json(self) -> str:
         body = asdict(self)
@@ -104,9 +116,14 @@ class StepRecord:
         return cls(**body)
 
 
-CREATING_OPERATIONS = {"CREATE TABLE", "CREATE OR REPLACE TABLE", "REPLACE TABLE",
-                       "CREATE TABLE AS SELECT", "CREATE OR REPLACE TABLE AS SELECT",
-                       "REPLACE TABLE AS SELECT"}
+CREATING_OPERATIONS = {
+    "CREATE TABLE",
+    "CREATE OR REPLACE TABLE",
+    "REPLACE TABLE",
+    "CREATE TABLE AS SELECT",
+    "CREATE OR REPLACE TABLE AS SELECT",
+    "REPLACE TABLE AS SELECT",
+}
 
 
 def last_record(history: Iterable[Mapping[str, Any]]) -> Optional[StepRecord]:

@@ -74,35 +74,71 @@ from dbt.adapters.streamsql.planning.plan import (
 from dbt.adapters.streamsql.planning.recompute import recompute_change_sql
 
 # Operations after which an input is another table than the one the last step read.
-REPLACING = {"CREATE TABLE", "CREATE OR REPLACE TABLE", "REPLACE TABLE", "CREATE TABLE AS SELECT",
-             "CREATE OR REPLACE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "RESTORE"}
+REPLACING = {
+    "CREATE TABLE",
+    "CREATE OR REPLACE TABLE",
+    "REPLACE TABLE",
+    "CREATE TABLE AS SELECT",
+    "CREATE OR REPLACE TABLE AS SELECT",
+    "REPLACE TABLE AS SELECT",
+    "RESTORE",
+}
 # Schema changes Delta cannot read a change feed across.
-UNREADABLE_ACROSS = {"RENAME COLUMN": "renamed a column", "DROP COLUMNS": "dropped columns",
-                     "DROP COLUMN": "dropped a column"}
+UNREADABLE_ACROSS = {
+    "RENAME COLUMN": "renamed a column",
+    "DROP COLUMNS": "dropped columns",
+    "DROP COLUMN": "dropped a column",
+}
 CHANGE_FEED = "delta.enableChangeDataFeed"
 COLUMN_MAPPING = "delta.columnMapping.mode"
 # How Spark and Delta say that a file or a version a read needs is gone.
 LOST_HISTORY_MARKERS = (
-    "FAILED_READ_FILE.FILE_NOT_EXIST", "FileNotFoundException", "DELTA_MISSING_CHANGE_DATA",
-    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE", "DELTA_FILE_NOT_FOUND", "DELTA_VERSIONS_NOT_CONTIGUOUS",
-    "VersionNotFoundException", "DELTA_LOG_FILE_NOT_FOUND", "Cannot time travel Delta table",
-    "DELTA_CDC_START_VERSION_AFTER_LATEST", "DELTA_MISSING_PART_FILES",
+    "FAILED_READ_FILE.FILE_NOT_EXIST",
+    "FileNotFoundException",
+    "DELTA_MISSING_CHANGE_DATA",
+    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE",
+    "DELTA_FILE_NOT_FOUND",
+    "DELTA_VERSIONS_NOT_CONTIGUOUS",
+    "VersionNotFoundException",
+    "DELTA_LOG_FILE_NOT_FOUND",
+    "Cannot time travel Delta table",
+    "DELTA_CDC_START_VERSION_AFTER_LATEST",
+    "DELTA_MISSING_PART_FILES",
 )
 # Functions whose value depends on when or where the query runs, not on its inputs.
 NONDETERMINISTIC = {
-    exp.CurrentTimestamp: "current_timestamp()", exp.CurrentDate: "current_date()",
-    exp.CurrentTime: "current_time()", exp.Rand: "rand()", exp.Randn: "randn()",
-    exp.Uuid: "uuid()", exp.Shuffle: "shuffle()",
+    exp.CurrentTimestamp: "current_timestamp()",
+    exp.CurrentDate: "current_date()",
+    exp.CurrentTime: "current_time()",
+    exp.Rand: "rand()",
+    exp.Randn: "randn()",
+    exp.Uuid: "uuid()",
+    exp.Shuffle: "shuffle()",
 }
 NONDETERMINISTIC_NAMES = {
-    "now", "localtimestamp", "current_timezone", "monotonically_increasing_id",
-    "spark_partition_id", "input_file_name", "input_file_block_start",
-    "input_file_block_length", "random", "uuid", "rand", "randn", "shuffle", "reflect",
-    "java_method", "try_reflect", "randstr", "uniform",
+    "now",
+    "localtimestamp",
+    "current_timezone",
+    "monotonically_increasing_id",
+    "spark_partition_id",
+    "input_file_name",
+    "input_file_block_start",
+    "input_file_block_length",
+    "random",
+    "uuid",
+    "rand",
+    "randn",
+    "shuffle",
+    "reflect",
+    "java_method",
+    "try_reflect",
+    "randstr",
+    "uniform",
 }
 
 
 # -- detection ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -115,14 +151,22 @@ class Fault:
     vacuum: bool = False  # only a VACUUM: the files the read needs may still be there
 
     def describe(self) -> str:
-        needed = (f"version {self.first}" if self.first == self.last
-                  else f"versions {self.first} to {self.last}")
+        needed = (
+            f"version {self.first}"
+            if self.first == self.last
+            else f"versions {self.first} to {self.last}"
+        )
         return f"{self.input} {self.reason} (the step needed the changes of {needed})"
 
 
-def history_fault(name: str, before: Optional[int], now: int, recorded_id: Optional[str],
-                  current_id: Optional[str],
-                  commits: Optional[Sequence[Commit]]) -> Optional[Fault]:
+def history_fault(
+    name: str,
+    before: Optional[int],
+    now: int,
+    recorded_id: Optional[str],
+    current_id: Optional[str],
+    commits: Optional[Sequence[Commit]],
+) -> Optional[Fault]:
     """Why the change of input `name` from version `before` (the last step's) to `now` cannot be
     read from its change feed; None when it can (as far as its log tells).
 
@@ -133,45 +177,81 @@ def history_fault(name: str, before: Optional[int], now: int, recorded_id: Optio
         return None  # a first read: the whole input, nothing of its history
     first, last = before + 1, max(now, before + 1)
     if recorded_id and current_id and recorded_id != current_id:
-        return Fault(name, "was dropped or replaced and created again since the last step "
-                     f"(its Delta table id was {recorded_id}, it is {current_id})", first, last)
+        return Fault(
+            name,
+            "was dropped or replaced and created again since the last step "
+            f"(its Delta table id was {recorded_id}, it is {current_id})",
+            first,
+            last,
+        )
     if now < before:
-        return Fault(name, f"is at version {now}, before the version {before} the last step "
-                     "read: it was created again", first, last)
+        return Fault(
+            name,
+            f"is at version {now}, before the version {before} the last step "
+            "read: it was created again",
+            first,
+            last,
+        )
     if now == before:
         return None
     found = {commit.version: commit for commit in commits or ()}
     missing = [v for v in range(first, now + 1) if v not in found]
     if missing:
-        gone = (f"version {missing[0]}" if len(missing) == 1
-                else f"versions {missing[0]} to {missing[-1]}")
-        return Fault(name, f"no longer has the log of {gone} (Delta's log retention, "
-                     "delta.logRetentionDuration, removed it)", first, now)
+        gone = (
+            f"version {missing[0]}"
+            if len(missing) == 1
+            else f"versions {missing[0]} to {missing[-1]}"
+        )
+        return Fault(
+            name,
+            f"no longer has the log of {gone} (Delta's log retention, "
+            "delta.logRetentionDuration, removed it)",
+            first,
+            now,
+        )
     vacuum: Optional[Fault] = None
     for version in range(first, now + 1):
         commit = found[version]
         operation = commit.operation.upper()
         if operation in REPLACING:
-            return Fault(name, f"was replaced at version {version} ({commit.operation})",
-                         first, now)
+            return Fault(
+                name, f"was replaced at version {version} ({commit.operation})", first, now
+            )
         if operation in UNREADABLE_ACROSS:
-            return Fault(name, f"{UNREADABLE_ACROSS[operation]} at version {version}, which "
-                         "its change feed cannot be read across", first, now)
+            return Fault(
+                name,
+                f"{UNREADABLE_ACROSS[operation]} at version {version}, which "
+                "its change feed cannot be read across",
+                first,
+                now,
+            )
         changed = changed_properties(commit)
         if operation in ("SET TBLPROPERTIES", "UNSET TBLPROPERTIES"):
-            if CHANGE_FEED in changed and (operation == "UNSET TBLPROPERTIES"
-                                           or str(changed[CHANGE_FEED]).lower() != "true"):
-                return Fault(name, f"had its change data feed turned off at version {version}",
-                             first, now)
+            if CHANGE_FEED in changed and (
+                operation == "UNSET TBLPROPERTIES" or str(changed[CHANGE_FEED]).lower() != "true"
+            ):
+                return Fault(
+                    name, f"had its change data feed turned off at version {version}", first, now
+                )
             if COLUMN_MAPPING in changed:
-                return Fault(name, f"changed its column mapping at version {version}, which "
-                             "its change feed cannot be read across", first, now)
+                return Fault(
+                    name,
+                    f"changed its column mapping at version {version}, which "
+                    "its change feed cannot be read across",
+                    first,
+                    now,
+                )
         if operation in ("VACUUM START", "VACUUM END") and vacuum is None:
-            deleted = commit.metrics.get("numDeletedFiles",
-                                         commit.metrics.get("numFilesToDelete"))
+            deleted = commit.metrics.get("numDeletedFiles", commit.metrics.get("numFilesToDelete"))
             if deleted is None or str(deleted) != "0":
-                vacuum = Fault(name, f"was vacuumed at version {version}, which may have "
-                               "deleted files of those versions", first, now, vacuum=True)
+                vacuum = Fault(
+                    name,
+                    f"was vacuumed at version {version}, which may have "
+                    "deleted files of those versions",
+                    first,
+                    now,
+                    vacuum=True,
+                )
     return vacuum
 
 
@@ -195,8 +275,7 @@ def same_tables(record: Optional[StepRecord], read: Sequence[InputState]) -> boo
     """Whether every input is the table (by Delta table id) the record's step read."""
     if record is None:
         return True
-    return all(record.input_ids.get(item.table.name) in (None, "", item.table_id)
-               for item in read)
+    return all(record.input_ids.get(item.table.name) in (None, "", item.table_id) for item in read)
 
 
 def missing_files(ctx: StepContext, name: str, first: int, last: int) -> Optional[List[str]]:
@@ -212,9 +291,11 @@ def missing_files(ctx: StepContext, name: str, first: int, last: int) -> Optiona
         jvm = spark._jvm
         schema_name, table = name_parts(name)
         identifier = jvm.org.apache.spark.sql.catalyst.TableIdentifier(
-            table, jvm.scala.Option.apply(schema_name))
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession,
-                                                                    identifier)
+            table, jvm.scala.Option.apply(schema_name)
+        )
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            spark._jsparkSession, identifier
+        )
         data_path = delta_log.dataPath()
         fs = data_path.getFileSystem(delta_log.newDeltaHadoopConf())
         paths = []
@@ -231,8 +312,11 @@ def missing_files(ctx: StepContext, name: str, first: int, last: int) -> Optiona
                     continue  # written by OPTIMIZE: no read of the change needs it
                 if kind not in ("AddFile", "RemoveFile", "AddCDCFile"):
                     continue
-                paths.append(jvm.org.apache.hadoop.fs.Path(
-                    data_path, jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(action.path()))))
+                paths.append(
+                    jvm.org.apache.hadoop.fs.Path(
+                        data_path, jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(action.path()))
+                    )
+                )
                 vector = action.deletionVector() if kind != "AddCDCFile" else None
                 if vector is not None and vector.isOnDisk():
                     paths.append(vector.absolutePath(data_path))
@@ -244,17 +328,24 @@ def missing_files(ctx: StepContext, name: str, first: int, last: int) -> Optiona
 def input_fault(ctx: StepContext, change: InputChange, previous: StepRecord) -> Optional[Fault]:
     """`history_fault` of one input, with a VACUUM's effect checked where it can be."""
     item = change.input
-    fault = history_fault(item.table.name, change.before, item.version,
-                          previous.input_ids.get(item.table.name), item.table_id,
-                          change.commits)
+    fault = history_fault(
+        item.table.name,
+        change.before,
+        item.version,
+        previous.input_ids.get(item.table.name),
+        item.table_id,
+        change.commits,
+    )
     if fault is not None and fault.vacuum:
         gone = missing_files(ctx, item.table.name, fault.first, fault.last)
         if gone == []:
             return None
         if gone:
             fault = dataclasses.replace(
-                fault, reason=f"was vacuumed, which deleted {len(gone)} file(s) of those "
-                f"versions (e.g. {gone[0].rsplit('/', 1)[-1]})")
+                fault,
+                reason=f"was vacuumed, which deleted {len(gone)} file(s) of those "
+                f"versions (e.g. {gone[0].rsplit('/', 1)[-1]})",
+            )
     return fault
 
 
@@ -264,8 +355,12 @@ def lost_history(error: BaseException) -> bool:
     return any(marker in text for marker in LOST_HISTORY_MARKERS)
 
 
-def take_again(failed: StepContext, error: BaseException,
-               take_step: Callable[[StepContext], StepResult], started: float) -> StepResult:
+def take_again(
+    failed: StepContext,
+    error: BaseException,
+    take_step: Callable[[StepContext], StepResult],
+    started: float,
+) -> StepResult:
     """Take a step again as a recovery, after reading some input's history failed.
 
     Nothing the failed attempt did stands in the way: a step writes nothing before its model's
@@ -274,8 +369,10 @@ def take_again(failed: StepContext, error: BaseException,
     first_line = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
     again = StepContext(failed.session, failed.model, failed.log, side_sql=failed.side_sql)
     again.recover_reason = f"reading its inputs' history failed ({first_line})"
-    failed.log(f"{failed.model.name}: {again.recover_reason}; taking the step again from the "
-               "inputs' current versions")
+    failed.log(
+        f"{failed.model.name}: {again.recover_reason}; taking the step again from the "
+        "inputs' current versions"
+    )
     try:
         result = take_step(again)
     except Exception as second:
@@ -286,7 +383,8 @@ def take_again(failed: StepContext, error: BaseException,
             f"when the step recomputed the model from their current versions "
             f"({str(second).strip().splitlines()[0][:300]}): files of an input's current "
             f"version are gone. Repair or re-create that input, then run `dbt run "
-            f"--full-refresh --select {failed.model.name}`.") from second
+            f"--full-refresh --select {failed.model.name}`."
+        ) from second
     finally:
         again.views.drop_all()
     result.seconds = time.monotonic() - started
@@ -301,7 +399,8 @@ def nondeterministic(compiled_sql: str) -> Optional[str]:
         return None
     for node in tree.walk():
         if isinstance(node, exp.StrToUnix) and (
-                node.this is None or isinstance(node.this, exp.CurrentTimestamp)):
+            node.this is None or isinstance(node.this, exp.CurrentTimestamp)
+        ):
             return "unix_timestamp()"
         for kind, label in NONDETERMINISTIC.items():
             if isinstance(node, kind):
@@ -325,29 +424,37 @@ def star_in_expression(compiled_sql: str) -> bool:
     return False
 
 
-def schema_reason(ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange],
-                  previous: StepRecord) -> Optional[str]:
+def schema_reason(
+    ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange], previous: StepRecord
+) -> Optional[str]:
     """Why the model's existing rows need a recompute after its inputs' columns changed."""
-    added_by_inputs = [name for change in changes
-                       for name in schema.added_by_inputs(change.commits or ())]
+    added_by_inputs = [
+        name for change in changes for name in schema.added_by_inputs(change.commits or ())
+    ]
     if added_by_inputs and star_in_expression(ctx.compiled_sql):
-        return (f"input column(s) {', '.join(sorted(set(added_by_inputs)))} were added, which "
-                "the model reads through * in an expression")
+        return (
+            f"input column(s) {', '.join(sorted(set(added_by_inputs)))} were added, which "
+            "the model reads through * in an expression"
+        )
     change = ctx.schema
     if change is None and previous.columns:  # a step being finished: as the step compared
-        change = schema.compare(ctx.model.on_schema_change, schema.record_columns(previous),
-                                plan.output_columns)
+        change = schema.compare(
+            ctx.model.on_schema_change, schema.record_columns(previous), plan.output_columns
+        )
     if change is None or change.mode not in ("append_new_columns", "sync_all_columns"):
         return None
     untraced = [c.name for c in change.added if c.name.lower() not in added_by_inputs]
     if untraced:
-        return (f"the model's new column(s) {', '.join(untraced)} are not columns an input "
-                "gained by ADD COLUMNS since the last step, so their values in its existing "
-                "rows are recomputed")
+        return (
+            f"the model's new column(s) {', '.join(untraced)} are not columns an input "
+            "gained by ADD COLUMNS since the last step, so their values in its existing "
+            "rows are recomputed"
+        )
     return None
 
 
 # -- the step's change, adjusted ----------------------------------------------------------------
+
 
 @dataclass
 class Adjusted:
@@ -361,8 +468,14 @@ class Adjusted:
     reasons: List[str] = field(default_factory=list)
 
 
-def prepare(ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange],
-            previous: StepRecord, record: StepRecord, result: StepResult) -> Adjusted:
+def prepare(
+    ctx: StepContext,
+    plan: StepPlan,
+    changes: Sequence[InputChange],
+    previous: StepRecord,
+    record: StepRecord,
+    result: StepResult,
+) -> Adjusted:
     """Before the change is computed: notes what the step record keeps of the inputs and the
     model's columns, warns of short retentions, and decides whether the step recovers.
 
@@ -375,14 +488,20 @@ def prepare(ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange],
     record.input_ids = {c.input.table.name: c.input.table_id for c in changes}
     record.columns = [[c.name, c.data_type] for c in table_after(ctx, columns)]
     record.started_at = now
-    result.notes.extend(retention.retention_notes(
-        [(c.input.table.name, c.input.properties) for c in changes], now,
-        previous.started_at if previous.step > 0 else None))
+    result.notes.extend(
+        retention.retention_notes(
+            [(c.input.table.name, c.input.properties) for c in changes],
+            now,
+            previous.started_at if previous.step > 0 else None,
+        )
+    )
     if len(columns) < len(query_columns):
         kept = {c.name.lower() for c in columns}
-        result.notes.append("on_schema_change 'ignore': the query's column(s) " + ", ".join(
-            c.name for c in query_columns if c.name.lower() not in kept)
-            + " are not in the model")
+        result.notes.append(
+            "on_schema_change 'ignore': the query's column(s) "
+            + ", ".join(c.name for c in query_columns if c.name.lower() not in kept)
+            + " are not in the model"
+        )
     reasons = [ctx.recover_reason] if ctx.recover_reason else []
     for change in changes:
         fault = input_fault(ctx, change, previous)
@@ -397,7 +516,8 @@ def prepare(ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange],
             f"Model {ctx.model.name}: {'; '.join(reasons)}. The step cannot read that change, "
             f"and recomputing the model from its inputs would not give the rows its steps "
             f"gave, because its query calls {function}. Nothing was changed. Run `dbt run "
-            f"--full-refresh --select {ctx.model.name}` to rebuild it from its inputs.")
+            f"--full-refresh --select {ctx.model.name}` to rebuild it from its inputs."
+        )
     schema.apply(ctx, ctx.schema, plan)  # after every refusal: the step's first write
     if not reasons:
         return Adjusted(padded(plan, columns, ctx), list(changes), columns, query_columns)
@@ -405,18 +525,39 @@ def prepare(ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange],
     ctx.log(f"{ctx.model.name}: step {record.step} recomputes the model: {'; '.join(reasons)}")
     ctx.first_step = True  # every input is read as of its version now, in full
     record.recovered = list(reasons)
-    result.notes.append(f"recovered ({'; '.join(reasons)}): recomputed the model from its "
-                        "inputs and applied the difference")
+    result.notes.append(
+        f"recovered ({'; '.join(reasons)}): recomputed the model from its "
+        "inputs and applied the difference"
+    )
     recompute = dataclasses.replace(
-        plan, strategy="recompute", change_sql=recovery_sql(ctx, plan, columns, previous),
-        output_columns=tuple(columns), aggregate=None, stages=(), bounds=(),
-        later_change_sql=None, monotonic=False, later_monotonic=False)
-    return Adjusted(recompute, [InputChange(c.input, None) for c in changes], columns,
-                    query_columns, original=plan, reasons=reasons)
+        plan,
+        strategy="recompute",
+        change_sql=recovery_sql(ctx, plan, columns, previous),
+        output_columns=tuple(columns),
+        aggregate=None,
+        stages=(),
+        bounds=(),
+        later_change_sql=None,
+        monotonic=False,
+        later_monotonic=False,
+    )
+    return Adjusted(
+        recompute,
+        [InputChange(c.input, None) for c in changes],
+        columns,
+        query_columns,
+        original=plan,
+        reasons=reasons,
+    )
 
 
-def finish(ctx: StepContext, adjusted: Adjusted, model_change: ModelChange, writes: StepWrites,
-           previous: StepRecord) -> ModelChange:
+def finish(
+    ctx: StepContext,
+    adjusted: Adjusted,
+    model_change: ModelChange,
+    writes: StepWrites,
+    previous: StepRecord,
+) -> ModelChange:
     """After the change is computed: the state rebuild of a recovery, and the change projected
     on the model's columns (on_schema_change 'ignore')."""
     if adjusted.original is not None:
@@ -428,8 +569,13 @@ def finish(ctx: StepContext, adjusted: Adjusted, model_change: ModelChange, writ
     projected = f"SELECT {cols}, {WEIGHT} FROM {model_change.relation}"
     if model_change.appends:
         return ModelChange(inline(projected), appends=True)
-    return ModelChange(ctx.views.materialize("projected", sql.consolidate(
-        inline(projected), adjusted.columns), "net change of the model, on the model's columns"))
+    return ModelChange(
+        ctx.views.materialize(
+            "projected",
+            sql.consolidate(inline(projected), adjusted.columns),
+            "net change of the model, on the model's columns",
+        )
+    )
 
 
 def table_after(ctx: StepContext, written: Sequence[Column]) -> List[Column]:
@@ -439,8 +585,9 @@ def table_after(ctx: StepContext, written: Sequence[Column]) -> List[Column]:
         return list(written)
     if change.mode == "ignore":
         return list(change.table)
-    dropped = {c.name.lower() for c in change.removed} \
-        if change.mode == "sync_all_columns" else set()
+    dropped = (
+        {c.name.lower() for c in change.removed} if change.mode == "sync_all_columns" else set()
+    )
     return [c for c in change.table if c.name.lower() not in dropped] + list(change.added)
 
 
@@ -449,8 +596,9 @@ def padded(plan: StepPlan, columns: Sequence[Column], ctx: StepContext) -> StepP
     the table the columns it lacks, as NULL (the change is projected on its columns after)."""
     if plan.strategy != "recompute" or len(columns) == len(plan.output_columns):
         return plan
-    return dataclasses.replace(plan, change_sql=pad_target(plan.change_sql or "", columns,
-                                                           plan.output_columns))
+    return dataclasses.replace(
+        plan, change_sql=pad_target(plan.change_sql or "", columns, plan.output_columns)
+    )
 
 
 def pad_target(change_sql: str, have: Sequence[Column], want: Sequence[Column]) -> str:
@@ -460,12 +608,13 @@ def pad_target(change_sql: str, have: Sequence[Column], want: Sequence[Column]) 
         return change_sql
     extra = ", ".join(f"CAST(NULL AS {c.data_type}) AS {sql.quote(c.name)}" for c in missing)
     return sql.replace_placeholders(
-        change_sql, lambda name: f"(SELECT *, {extra} FROM {TARGET})" if name == TARGET
-        else name)
+        change_sql, lambda name: f"(SELECT *, {extra} FROM {TARGET})" if name == TARGET else name
+    )
 
 
-def recovery_sql(ctx: StepContext, plan: StepPlan, columns: Sequence[Column],
-                 previous: StepRecord) -> str:
+def recovery_sql(
+    ctx: StepContext, plan: StepPlan, columns: Sequence[Column], previous: StepRecord
+) -> str:
     """The change of the model's query since the last step, with weights (plan.py's form):
 
     the query over the inputs now (+1) and the model's table (-1), planning/recompute.py's
@@ -488,7 +637,8 @@ def recovery_sql(ctx: StepContext, plan: StepPlan, columns: Sequence[Column],
     if ctx.delta_log.exists(model.table_name("__late")):
         parts.append(
             f"SELECT {cols}, CAST(CASE WHEN _streamsql_change = 'insert' THEN -1 ELSE 1 END "
-            f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} WHERE _streamsql_step <= {step}")
+            f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} WHERE _streamsql_step <= {step}"
+        )
     unemitted = emit_final_rows(ctx, plan, columns, previous)
     if unemitted:
         parts.append(unemitted)
@@ -496,32 +646,39 @@ def recovery_sql(ctx: StepContext, plan: StepPlan, columns: Sequence[Column],
         parts.append(
             f"SELECT {cols}, -{WEIGHT} AS {WEIGHT} FROM {model.pending_table} "
             f"WHERE {wm.HELD_STEP} <= {step} "
-            f"AND ({wm.RELEASED_STEP} IS NULL OR {wm.RELEASED_STEP} > {step})")
+            f"AND ({wm.RELEASED_STEP} IS NULL OR {wm.RELEASED_STEP} > {step})"
+        )
     return "\nUNION ALL\n".join(parts)
 
 
-def emit_final_rows(ctx: StepContext, plan: StepPlan, columns: Sequence[Column],
-                    previous: StepRecord) -> Optional[str]:
+def emit_final_rows(
+    ctx: StepContext, plan: StepPlan, columns: Sequence[Column], previous: StepRecord
+) -> Optional[str]:
     """emit_final: the rows a model without it would hold and this one does not yet (the groups
     not final after the last step, with weight -1), so that the difference above is the
     query's change as the same model without emit_final would have it."""
     if not ctx.model.emit_final or plan.aggregate is None or previous.step == 0:
         return None
-    rules = late.lateness_rules(ctx.model.name, plan.output_columns, ctx.model.lateness,
-                                ctx.model.max_future)
+    rules = late.lateness_rules(
+        ctx.model.name, plan.output_columns, ctx.model.lateness, ctx.model.max_future
+    )
     final = emit.final_columns(ctx.model, plan, rules)
     aggregate = plan.aggregate
     keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
-    before = sql.latest_state(sql.state_through(ctx.model.state_table, previous.step), keys,
-                              aggregate.state_columns)
-    return emit.rows_of_groups(aggregate, inline(before), columns,
-                               emit.not_final(final, previous.waterline), weight=-1)
+    before = sql.latest_state(
+        sql.state_through(ctx.model.state_table, previous.step), keys, aggregate.state_columns
+    )
+    return emit.rows_of_groups(
+        aggregate, inline(before), columns, emit.not_final(final, previous.waterline), weight=-1
+    )
 
 
 # -- state tables, rebuilt --------------------------------------------------------------------
 
-def rebuild_state(ctx: StepContext, plan: StepPlan, writes: StepWrites,
-                  previous: StepRecord) -> None:
+
+def rebuild_state(
+    ctx: StepContext, plan: StepPlan, writes: StepWrites, previous: StepRecord
+) -> None:
     """Every state table of `plan`, as a first step builds it, appended as this step's rows.
 
     The inputs are bound as a first step binds them (their versions now, all rows inserted);
@@ -532,31 +689,42 @@ def rebuild_state(ctx: StepContext, plan: StepPlan, writes: StepWrites,
         table = ctx.model.stage_table(stage.name)
         groups = rebuilt_groups(ctx, f"re_{stage.name}_", table, stage.aggregate, previous)
         bind_stage(ctx, stage, groups)
-        writes.state.append(StateWrite(table, f"__streamsql_{stage.name}", stage.aggregate,
-                                       groups, fresh=False))
+        writes.state.append(
+            StateWrite(table, f"__streamsql_{stage.name}", stage.aggregate, groups, fresh=False)
+        )
     if plan.aggregate is not None:
         groups = rebuilt_groups(ctx, "re_", ctx.model.state_table, plan.aggregate, previous)
-        writes.state.append(StateWrite(ctx.model.state_table, "__streamsql_state",
-                                       plan.aggregate, groups, fresh=False))
+        writes.state.append(
+            StateWrite(
+                ctx.model.state_table, "__streamsql_state", plan.aggregate, groups, fresh=False
+            )
+        )
 
 
-def rebuilt_groups(ctx: StepContext, label: str, table: str, aggregate: AggregatePlan,
-                   previous: StepRecord) -> ChangedGroups:
+def rebuilt_groups(
+    ctx: StepContext, label: str, table: str, aggregate: AggregatePlan, previous: StepRecord
+) -> ChangedGroups:
     cols = sql.column_list(aggregate.state_columns)
     nothing = f"SELECT {cols} FROM {table} WHERE false"  # the state table's own types
     fresh = changed_groups(ctx, label, aggregate, nothing)  # every group, from nothing
     keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
-    before = sql.latest_state(sql.state_through(table, previous.step), keys,
-                              aggregate.state_columns)
+    before = sql.latest_state(
+        sql.state_through(table, previous.step), keys, aggregate.state_columns
+    )
     gone = ", ".join(
-        f"o.{sql.quote(c.name)}" if c in keys
-        else f"CAST(0 AS BIGINT) AS {sql.quote(c.name)}" if c.name == COUNT
-        else f"NULL AS {sql.quote(c.name)}" for c in aggregate.state_columns)
+        f"o.{sql.quote(c.name)}"
+        if c in keys
+        else f"CAST(0 AS BIGINT) AS {sql.quote(c.name)}"
+        if c.name == COUNT
+        else f"NULL AS {sql.quote(c.name)}"
+        for c in aggregate.state_columns
+    )
     every = ctx.views.materialize(
         f"{label}rebuilt",
         f"SELECT {cols} FROM {fresh.new} UNION ALL SELECT {gone} FROM ({before}) o "
         f"LEFT ANTI JOIN {fresh.new} n ON {sql.null_safe_match(keys, 'o', 'n')}",
-        f"the state of {table} rebuilt from the inputs (gone groups with count 0)")
+        f"the state of {table} rebuilt from the inputs (gone groups with count 0)",
+    )
     with ctx.role(f"count the rebuilt groups of {table}"):
         count = int(ctx.session.query(sql.count_rows(every))[0]["n"])
     return ChangedGroups(every, inline(nothing), count)
@@ -571,8 +739,8 @@ def bind_stage(ctx: StepContext, stage: StagePlan, groups: ChangedGroups) -> Non
     net = output_change(ctx, label, aggregate, groups, stage.columns, nothing_before=True)
     columns = sql.column_list(stage.columns)
     output = sql.bind_placeholders(aggregate.output_sql, {GROUPS: groups.new})
-    ctx.bindings.set(new_input(position), ctx.views.view(f"{label}new",
-                                                         f"SELECT {columns} FROM ({output})"))
+    ctx.bindings.set(
+        new_input(position), ctx.views.view(f"{label}new", f"SELECT {columns} FROM ({output})")
+    )
     ctx.bindings.set(old_input(position), inline(sql.typed_nothing(list(stage.columns))))
     ctx.bindings.set(delta_input(position), net)
-

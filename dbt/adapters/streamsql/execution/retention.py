@@ -24,11 +24,23 @@ DEFAULTS = {LOG_RETENTION: "interval 30 days", FILE_RETENTION: "interval 1 week"
 MIN_WINDOW = 24 * 3600.0
 
 UNIT_SECONDS = {
-    "microsecond": 1e-6, "millisecond": 1e-3, "second": 1.0, "minute": 60.0, "hour": 3600.0,
-    "day": 86400.0, "week": 7 * 86400.0,
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 7 * 86400.0,
 }
-UNIT_ALIASES = {"us": "microsecond", "ms": "millisecond", "s": "second", "sec": "second",
-                "min": "minute", "h": "hour", "d": "day"}
+UNIT_ALIASES = {
+    "us": "microsecond",
+    "ms": "millisecond",
+    "s": "second",
+    "sec": "second",
+    "min": "minute",
+    "h": "hour",
+    "d": "day",
+}
 
 
 def interval_seconds(text: Optional[str]) -> Optional[float]:
@@ -70,8 +82,9 @@ def human(seconds: float) -> str:
     return f"{seconds:g} seconds"
 
 
-def retention_notes(inputs: Sequence[Tuple[str, Mapping[str, str]]], now: float,
-                    previous_at: Optional[float]) -> List[str]:
+def retention_notes(
+    inputs: Sequence[Tuple[str, Mapping[str, str]]], now: float, previous_at: Optional[float]
+) -> List[str]:
     """The step line's warnings: inputs whose retained history may not reach the next step.
 
     `inputs`: (name, table properties) of each input; `now`: the step's start (epoch seconds);
@@ -89,5 +102,6 @@ def retention_notes(inputs: Sequence[Tuple[str, Mapping[str, str]]], now: float,
         notes.append(
             f"retention: {name} keeps {human(seconds)} of history ({prop}): run the next step "
             f"before {deadline:%Y-%m-%d %H:%M} UTC, or it may have to recompute the model from "
-            "its inputs")
+            "its inputs"
+        )
     return notes

@@ -59,9 +59,13 @@ def compare(mode: str, table: Sequence[Column], query: Sequence[Column]) -> Sche
     """The model's columns (`table`) next to its query's, matched by name, case aside."""
     table_names = {c.name.lower() for c in table}
     query_names = {c.name.lower() for c in query}
-    return SchemaChange(mode, list(table), list(query),
-                        [c for c in query if c.name.lower() not in table_names],
-                        [c for c in table if c.name.lower() not in query_names])
+    return SchemaChange(
+        mode,
+        list(table),
+        list(query),
+        [c for c in query if c.name.lower() not in table_names],
+        [c for c in table if c.name.lower() not in query_names],
+    )
 
 
 def normalized_type(data_type: str) -> str:
@@ -79,8 +83,12 @@ def model_columns(ctx: StepContext, record: StepRecord) -> List[Column]:
     return list(ctx.delta_log.snapshot(ctx.model.target_name).columns)
 
 
-def check(ctx: StepContext, last: Optional[StepRecord], query: Sequence[Column],
-          read: Sequence[InputState]) -> Optional[SchemaChange]:
+def check(
+    ctx: StepContext,
+    last: Optional[StepRecord],
+    query: Sequence[Column],
+    read: Sequence[InputState],
+) -> Optional[SchemaChange]:
     """Compare the query's columns with the model's; refuse what the model's setting refuses.
 
     Writes nothing. The comparison is kept in `ctx.schema` for the step's later phases.
@@ -104,7 +112,8 @@ def check(ctx: StepContext, last: Optional[StepRecord], query: Sequence[Column],
                 f"(since step {last.step}). A changed type cannot be applied to the rows the "
                 f"model holds. Cast the column back to {old.data_type} in the model's SELECT, "
                 f"or run `dbt run --full-refresh --select {model.name}` to rebuild the model "
-                f"with the new type.")
+                f"with the new type."
+            )
     ctx.schema = change
     if not change.changed:
         return change
@@ -114,7 +123,8 @@ def check(ctx: StepContext, last: Optional[StepRecord], query: Sequence[Column],
             f"Model {model.name}: its query's columns changed since step {last.step} "
             f"({described}), and its config on_schema_change is 'fail'. Nothing was changed. "
             f"Set on_schema_change to 'append_new_columns' or 'sync_all_columns' to apply "
-            f"the change to the model, or run `dbt run --full-refresh --select {model.name}`.")
+            f"the change to the model, or run `dbt run --full-refresh --select {model.name}`."
+        )
     if change.mode == "ignore" and change.removed:
         raise StepError(
             f"Model {model.name}: its query's columns changed since step {last.step} "
@@ -122,7 +132,8 @@ def check(ctx: StepContext, last: Optional[StepRecord], query: Sequence[Column],
             f"its columns, but it cannot fill {names(change.removed)}, which the query no "
             f"longer has. Nothing was changed. Set on_schema_change to 'append_new_columns' "
             f"(keeps the column, NULL in new rows) or 'sync_all_columns' (drops it), or run "
-            f"`dbt run --full-refresh --select {model.name}`.")
+            f"`dbt run --full-refresh --select {model.name}`."
+        )
     return change
 
 
@@ -138,24 +149,33 @@ def apply(ctx: StepContext, change: Optional[SchemaChange], plan: StepPlan) -> N
     check_state_layout(ctx, change, plan)
     model = ctx.model
     if change.mode == "ignore":
-        ctx.log(f"{model.name}: on_schema_change 'ignore': the query's new column(s) "
-                f"{names(change.added)} are not added to the model")
+        ctx.log(
+            f"{model.name}: on_schema_change 'ignore': the query's new column(s) "
+            f"{names(change.added)} are not added to the model"
+        )
         return
     tables = [(model.target, model.target_name)] + [
-        (model.table(suffix), model.table_name(suffix)) for suffix in ("__late", "__pending")
-        if ctx.delta_log.exists(model.table_name(suffix))]
+        (model.table(suffix), model.table_name(suffix))
+        for suffix in ("__late", "__pending")
+        if ctx.delta_log.exists(model.table_name(suffix))
+    ]
     if change.added:
-        ctx.log(f"{model.name}: on_schema_change '{change.mode}': adding column(s) "
-                f"{names(change.added)}")
+        ctx.log(
+            f"{model.name}: on_schema_change '{change.mode}': adding column(s) "
+            f"{names(change.added)}"
+        )
         for table, _ in tables:
             ctx.session.run(add_columns(table, change.added))
     if change.removed and change.mode == "sync_all_columns":
-        ctx.log(f"{model.name}: on_schema_change 'sync_all_columns': dropping column(s) "
-                f"{names(change.removed)}")
+        ctx.log(
+            f"{model.name}: on_schema_change 'sync_all_columns': dropping column(s) "
+            f"{names(change.removed)}"
+        )
         for table, name in tables:
             if ctx.delta_log.snapshot(name).properties.get(COLUMN_MAPPING, "none") == "none":
-                ctx.session.run(f"ALTER TABLE {table} SET TBLPROPERTIES "
-                                f"('{COLUMN_MAPPING}' = 'name')")
+                ctx.session.run(
+                    f"ALTER TABLE {table} SET TBLPROPERTIES ('{COLUMN_MAPPING}' = 'name')"
+                )
             ctx.session.run(drop_columns(table, change.removed))
     ctx.target_version = ctx.latest_version(model.target_name)
 
@@ -167,19 +187,20 @@ def check_state_layout(ctx: StepContext, change: SchemaChange, plan: StepPlan) -
 
     for name, aggregate in state_aggregates(plan):
         table = ctx.model.table_name(f"__streamsql_{name}")
-        have = [c.name.lower() for c in ctx.delta_log.snapshot(table).columns
-                if c.name != sql.STEP]
+        have = [c.name.lower() for c in ctx.delta_log.snapshot(table).columns if c.name != sql.STEP]
         want = [c.name.lower() for c in aggregate.state_columns]
         if have != want:
             raise StepError(
                 f"Model {ctx.model.name}: its query's columns changed ({describe(change, [])}) "
                 f"in a way that changes the groups it keeps state for, which only a rebuild "
                 f"can give. Nothing was changed. Run `dbt run --full-refresh --select "
-                f"{ctx.model.name}`.")
+                f"{ctx.model.name}`."
+            )
 
 
-def written_columns(ctx: StepContext, previous: StepRecord,
-                    query: Sequence[Column]) -> List[Column]:
+def written_columns(
+    ctx: StepContext, previous: StepRecord, query: Sequence[Column]
+) -> List[Column]:
     """The columns a step writes: the query's, or with 'ignore' those the model's table has."""
     if ctx.model.on_schema_change != "ignore":
         return list(query)
@@ -211,8 +232,11 @@ def added_by_inputs(commits: Sequence[Commit]) -> List[str]:
 
 
 def add_columns(table: str, columns: Sequence[Column]) -> str:
-    return (f"ALTER TABLE {table} ADD COLUMNS ("
-            + ", ".join(f"{sql.quote(c.name)} {c.data_type}" for c in columns) + ")")
+    return (
+        f"ALTER TABLE {table} ADD COLUMNS ("
+        + ", ".join(f"{sql.quote(c.name)} {c.data_type}" for c in columns)
+        + ")"
+    )
 
 
 def drop_columns(table: str, columns: Sequence[Column]) -> str:
@@ -224,17 +248,20 @@ def names(columns: Sequence[Column]) -> str:
 
 
 def sources(read: Sequence[InputState], column: str) -> str:
-    """" (from input x)" for the inputs that have a column of that name."""
-    found = [i.table.name for i in read
-             if any(c.name.lower() == column.lower() for c in i.table.columns)]
+    """ " (from input x)" for the inputs that have a column of that name."""
+    found = [
+        i.table.name for i in read if any(c.name.lower() == column.lower() for c in i.table.columns)
+    ]
     return f" (from {', '.join(found)})" if found else ""
 
 
 def describe(change: SchemaChange, read: Sequence[InputState]) -> str:
     parts = []
     if change.added:
-        parts.append("added: " + ", ".join(
-            f"{c.name} {c.data_type}{sources(read, c.name)}" for c in change.added))
+        parts.append(
+            "added: "
+            + ", ".join(f"{c.name} {c.data_type}{sources(read, c.name)}" for c in change.added)
+        )
     if change.removed:
         parts.append("no longer in the query: " + names(change.removed))
     return "; ".join(parts)

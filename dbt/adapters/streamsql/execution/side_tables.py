@@ -29,9 +29,14 @@ from dbt.include.streamsql import PACKAGE_PATH
 # The kinds of side table, as the macros name them (`streamsql_create_<kind>_table`).
 LATE, WATERLINE, PENDING = "late", "waterline", "pending"
 # The macros the step calls, by name; the materialization hands over these.
-MACROS = ("streamsql_create_late_table", "streamsql_create_waterline_table",
-          "streamsql_create_pending_table", "streamsql_append_late_rows",
-          "streamsql_append_waterline_rows", "streamsql_merge_pending_rows")
+MACROS = (
+    "streamsql_create_late_table",
+    "streamsql_create_waterline_table",
+    "streamsql_create_pending_table",
+    "streamsql_append_late_rows",
+    "streamsql_append_waterline_rows",
+    "streamsql_merge_pending_rows",
+)
 MACRO_DIR = Path(PACKAGE_PATH) / "macros" / "side_tables"
 # How dbt's dispatch picks an implementation for this adapter: its own, its parent's, default.
 DISPATCH_PREFIXES = ("streamsql", "spark", "default")
@@ -61,31 +66,47 @@ class QuotedTable:
 class SideTableSql:
     """A step's statements for its side tables, each rendered by a macro."""
 
-    def __init__(self, call: MacroCall,
-                 relation: Callable[[str, str], Any] = QuotedTable) -> None:
+    def __init__(self, call: MacroCall, relation: Callable[[str, str], Any] = QuotedTable) -> None:
         self._call = call
         self._relation = relation
 
-    def create_table(self, kind: str, schema: str, identifier: str, columns: Sequence[Column],
-                     replace: bool) -> str:
+    def create_table(
+        self, kind: str, schema: str, identifier: str, columns: Sequence[Column], replace: bool
+    ) -> str:
         """CREATE OR REPLACE (`replace`) or CREATE TABLE IF NOT EXISTS of a side table."""
-        return self._statement(f"streamsql_create_{kind}_table", schema, identifier,
-                               columns=list(columns), replace=bool(replace))
+        return self._statement(
+            f"streamsql_create_{kind}_table",
+            schema,
+            identifier,
+            columns=list(columns),
+            replace=bool(replace),
+        )
 
-    def append_late_rows(self, schema: str, identifier: str, columns: Sequence[Column],
-                         rows: str) -> str:
-        return self._statement("streamsql_append_late_rows", schema, identifier,
-                               columns=list(columns), rows=rows)
+    def append_late_rows(
+        self, schema: str, identifier: str, columns: Sequence[Column], rows: str
+    ) -> str:
+        return self._statement(
+            "streamsql_append_late_rows", schema, identifier, columns=list(columns), rows=rows
+        )
 
-    def append_waterline_rows(self, schema: str, identifier: str, columns: Sequence[Column],
-                              rows: str) -> str:
-        return self._statement("streamsql_append_waterline_rows", schema, identifier,
-                               columns=list(columns), rows=rows)
+    def append_waterline_rows(
+        self, schema: str, identifier: str, columns: Sequence[Column], rows: str
+    ) -> str:
+        return self._statement(
+            "streamsql_append_waterline_rows", schema, identifier, columns=list(columns), rows=rows
+        )
 
-    def merge_pending_rows(self, schema: str, identifier: str, columns: Sequence[Column],
-                           changes: str, step: int) -> str:
-        return self._statement("streamsql_merge_pending_rows", schema, identifier,
-                               columns=list(columns), changes=changes, step=step)
+    def merge_pending_rows(
+        self, schema: str, identifier: str, columns: Sequence[Column], changes: str, step: int
+    ) -> str:
+        return self._statement(
+            "streamsql_merge_pending_rows",
+            schema,
+            identifier,
+            columns=list(columns),
+            changes=changes,
+            step=step,
+        )
 
     def _statement(self, macro: str, schema: str, identifier: str, **arguments: Any) -> str:
         rendered = self._call(macro, relation=self._relation(schema, identifier), **arguments)
@@ -93,8 +114,9 @@ class SideTableSql:
         while statement.endswith(";"):  # one statement, sent as it is: no terminator
             statement = statement[:-1].rstrip()
         if not statement:
-            raise SideTableError(f"the macro {macro} returned no statement for "
-                                 f"{schema}.{identifier}")
+            raise SideTableError(
+                f"the macro {macro} returned no statement for {schema}.{identifier}"
+            )
         return statement
 
 
@@ -129,17 +151,25 @@ def package_macros() -> MacroCall:
     def later(name: str) -> Callable[..., Any]:  # a macro looked up when called
         return lambda *args, **kwargs: found[name](*args, **kwargs)
 
-    environment = jinja2.Environment(extensions=["jinja2.ext.do"],
-                                     undefined=jinja2.StrictUndefined)
+    environment = jinja2.Environment(extensions=["jinja2.ext.do"], undefined=jinja2.StrictUndefined)
     sources = [path.read_text() for path in sorted(MACRO_DIR.glob("*.sql"))]
     context: Dict[str, Any] = {"adapter": Dispatcher(), "return": lambda value: value}
     for source in sources:
-        context.update({macro.name: later(macro.name)
-                        for macro in environment.parse(source).find_all(jinja2.nodes.Macro)})
+        context.update(
+            {
+                macro.name: later(macro.name)
+                for macro in environment.parse(source).find_all(jinja2.nodes.Macro)
+            }
+        )
     for source in sources:
         module = environment.from_string(source, globals=dict(context)).module
-        found.update({name: getattr(module, name) for name in dir(module)
-                      if not name.startswith("_") and callable(getattr(module, name))})
+        found.update(
+            {
+                name: getattr(module, name)
+                for name in dir(module)
+                if not name.startswith("_") and callable(getattr(module, name))
+            }
+        )
 
     def call(name: str, **arguments: Any) -> Any:
         return found[name](**arguments)

@@ -82,13 +82,21 @@ class AdapterSqlSession:
         logged = f"CHECKPOINT {name} AS {select}"
         self.trace.record(logged)
         with connections.exception_handler(logged):
-            fire_event(SQLQuery(conn_name=connections.get_thread_connection().name, sql=logged,
-                                node_info=get_node_info()))
+            fire_event(
+                SQLQuery(
+                    conn_name=connections.get_thread_connection().name,
+                    sql=logged,
+                    node_info=get_node_info(),
+                )
+            )
             started = time.perf_counter()
             frame = spark.sql(select).localCheckpoint(eager=True)
             frame.createOrReplaceTempView(name)
-            fire_event(SQLQueryStatus(status="OK", elapsed=time.perf_counter() - started,
-                                      node_info=get_node_info()))
+            fire_event(
+                SQLQueryStatus(
+                    status="OK", elapsed=time.perf_counter() - started, node_info=get_node_info()
+                )
+            )
         self._checkpoints[name] = frame
 
     def release(self, name: str) -> None:

@@ -49,13 +49,19 @@ def group_columns(aggregate: AggregatePlan) -> List[Column]:
 
 def state_before(table: str, step: int, aggregate: AggregatePlan) -> str:
     """The SELECT of an aggregate's whole state as of step `step` (the steps' rows up to it)."""
-    return sql.latest_state(sql.state_through(table, step), group_columns(aggregate),
-                            aggregate.state_columns)
+    return sql.latest_state(
+        sql.state_through(table, step), group_columns(aggregate), aggregate.state_columns
+    )
 
 
-def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state: str,
-                   lateness: Sequence[late.LatenessRule] = (),
-                   waterline: Optional[Mapping[str, Optional[str]]] = None) -> ChangedGroups:
+def changed_groups(
+    ctx: StepContext,
+    label: str,
+    aggregate: AggregatePlan,
+    state: str,
+    lateness: Sequence[late.LatenessRule] = (),
+    waterline: Optional[Mapping[str, Optional[str]]] = None,
+) -> ChangedGroups:
     """Group delta, state before the step, and the old and new state of changed groups.
 
     `state` is the SELECT of the whole state before the step (`state_before`); only the part
@@ -66,22 +72,34 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
     # The form without older versions has negative terms even for inserts, which a MIN/MAX
     # takes for deletions of its extreme (and recomputes the group from the inputs): with
     # MIN/MAX, only where something was removed anyway.
-    if not ctx.first_step and aggregate.later_delta_sql is not None and not (
-            aggregate.recompute_check_sql and ctx.inserts_only):
+    if (
+        not ctx.first_step
+        and aggregate.later_delta_sql is not None
+        and not (aggregate.recompute_check_sql and ctx.inserts_only)
+    ):
         delta_sql = aggregate.later_delta_sql
     bind_bounds(ctx, aggregate.bounds, delta_sql)
     who = aggregate_name(label)
     reads = ctx.bindings.reads(delta_sql)
     group_delta = ctx.views.materialize(
-        f"{label}group_delta", ctx.bindings.bind(delta_sql),
-        f"{who}: the change of each group" + (f", from {reads}" if reads else ""))
+        f"{label}group_delta",
+        ctx.bindings.bind(delta_sql),
+        f"{who}: the change of each group" + (f", from {reads}" if reads else ""),
+    )
     final = late.final_group_columns(lateness, waterline or {}, aggregate.group_outputs)
-    touched = {f"final{i}": f"collect_set(CAST({expression} AS STRING)) FILTER (WHERE NOT "
-                            f"{late.open_groups(rule, expression, value)})"
-               for i, (rule, expression, value) in enumerate(final)}
+    touched = {
+        f"final{i}": f"collect_set(CAST({expression} AS STRING)) FILTER (WHERE NOT "
+        f"{late.open_groups(rule, expression, value)})"
+        for i, (rule, expression, value) in enumerate(final)
+    }
     with ctx.role(f"{who}: count the changed groups, and their key ranges"):
-        ranges, found = key_ranges(ctx, group_columns(aggregate), group_delta, GROUP_ALIAS,
-                                   {"groups": "COUNT(*)", **touched})
+        ranges, found = key_ranges(
+            ctx,
+            group_columns(aggregate),
+            group_delta,
+            GROUP_ALIAS,
+            {"groups": "COUNT(*)", **touched},
+        )
     bounds = final_group_bounds(final, [as_list(found[name]) for name in touched]) + ranges
     if bounds:
         state = f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE {' AND '.join(bounds)}"
@@ -89,8 +107,10 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
     # The changed groups' state before the step, read from the state table once: the new
     # state and the output change both start from it (each read the table again before).
     old = ctx.views.materialize(
-        f"{label}groups_old", sql.previous_groups(state, group_delta, group_columns(aggregate)),
-        f"{who}: the state of the changed groups before the step")
+        f"{label}groups_old",
+        sql.previous_groups(state, group_delta, group_columns(aggregate)),
+        f"{who}: the state of the changed groups before the step",
+    )
     local = {GROUP_DELTA: group_delta, STATE: old}
     combine = aggregate.combine_sql
     if aggregate.recompute_check_sql and aggregate.combine_without_recompute_sql:
@@ -100,13 +120,22 @@ def changed_groups(ctx: StepContext, label: str, aggregate: AggregatePlan, state
         if recompute == 0:
             # No deleted value can have been a MIN/MAX: skip re-reading the inputs' history.
             combine = aggregate.combine_without_recompute_sql
-    new = ctx.views.materialize(f"{label}groups_new", ctx.bindings.bind(combine, local),
-                                f"{who}: the new state of the changed groups")
+    new = ctx.views.materialize(
+        f"{label}groups_new",
+        ctx.bindings.bind(combine, local),
+        f"{who}: the new state of the changed groups",
+    )
     return ChangedGroups(new, old, int(found["groups"]))
 
 
-def output_change(ctx: StepContext, label: str, aggregate: AggregatePlan, groups: ChangedGroups,
-                  columns: Sequence[Column], nothing_before: bool = False) -> str:
+def output_change(
+    ctx: StepContext,
+    label: str,
+    aggregate: AggregatePlan,
+    groups: ChangedGroups,
+    columns: Sequence[Column],
+    nothing_before: bool = False,
+) -> str:
     """The consolidated change of the aggregate's output rows (materialized view).
 
     `nothing_before`: the output before the step is empty (a first step: the model's table
@@ -118,8 +147,9 @@ def output_change(ctx: StepContext, label: str, aggregate: AggregatePlan, groups
         output_old = f"SELECT * FROM ({output_old}) WHERE false"
     change = inline(sql.output_change(output_new, output_old, columns))
     whose = "the model" if not label else aggregate_name(label)
-    return ctx.views.materialize(f"{label}net", sql.consolidate(change, columns),
-                                 f"net change of {whose}")
+    return ctx.views.materialize(
+        f"{label}net", sql.consolidate(change, columns), f"net change of {whose}"
+    )
 
 
 def aggregate_name(label: str) -> str:
@@ -128,8 +158,9 @@ def aggregate_name(label: str) -> str:
     return label.rstrip("_") or "the aggregate"
 
 
-def final_group_bounds(final: Sequence[Tuple[late.LatenessRule, str, str]],
-                       touched: Sequence[List[str]]) -> List[str]:
+def final_group_bounds(
+    final: Sequence[Tuple[late.LatenessRule, str, str]], touched: Sequence[List[str]]
+) -> List[str]:
     """Predicates that leave out the state of final groups this step does not touch.
 
     A group whose LATENESS column (a window start, a truncated hour) is below the previous

@@ -58,6 +58,7 @@ def placeholder_occurrences(sql: str) -> List[str]:
 
 # -- inputs ---------------------------------------------------------------------------------------
 
+
 def input_as_of(table: str, version: int) -> str:
     return f"SELECT * FROM {table} VERSION AS OF {version}"
 
@@ -102,8 +103,10 @@ def cached_view(name: str, select: str) -> str:
 
 # Types whose values print as text that reads back as the same value, whatever the session's
 # time zone (timestamps go through epoch microseconds instead). Others get no bound.
-_BOUNDED_TYPE = re.compile(r"^(tinyint|smallint|int|bigint|float|double|decimal\(\d+,\d+\)|date|"
-                           r"timestamp_ntz)$")
+_BOUNDED_TYPE = re.compile(
+    r"^(tinyint|smallint|int|bigint|float|double|decimal\(\d+,\d+\)|date|"
+    r"timestamp_ntz)$"
+)
 
 
 def bound_values(bounds: Sequence[KeyBound]) -> str:
@@ -161,8 +164,11 @@ def orderable_part(column: Column, relation: Optional[str] = None) -> Optional[s
 
 def time_first(columns: Sequence[Column]) -> List[Column]:
     """Columns to sort a bulk write by: time-like ones first (events arrive in time order)."""
-    timed = [c for c in columns if orderable_part(c) is not None
-             and ("timestamp" in c.data_type or c.data_type == "date")]
+    timed = [
+        c
+        for c in columns
+        if orderable_part(c) is not None and ("timestamp" in c.data_type or c.data_type == "date")
+    ]
     return timed + [c for c in columns if c not in timed and orderable_part(c) is not None]
 
 
@@ -182,8 +188,9 @@ def orderable_type(column: Column) -> str:
     return "timestamp" if data_type.startswith("struct<start:timestamp") else data_type
 
 
-def range_aggregates(columns: Sequence[Column], alias: Optional[str] = None,
-                     where: str = "", name: str = "") -> Dict[str, str]:
+def range_aggregates(
+    columns: Sequence[Column], alias: Optional[str] = None, where: str = "", name: str = ""
+) -> Dict[str, str]:
     """`<name>lo<i>` and `<name>hi<i>` (name -> aggregate expression): the smallest and largest
     orderable part of each of `columns` with one (`orderable_part`), as literal text
     (`literal_text`), over rows aliased `alias` (those that meet `where`, if given)."""
@@ -196,8 +203,9 @@ def range_aggregates(columns: Sequence[Column], alias: Optional[str] = None,
     return found
 
 
-def range_predicates(columns: Sequence[Column], alias: str, row: Mapping[str, Any],
-                     name: str = "") -> List[str]:
+def range_predicates(
+    columns: Sequence[Column], alias: str, row: Mapping[str, Any], name: str = ""
+) -> List[str]:
     """`key_range` predicates over rows aliased `alias`, from a row of `range_aggregates`."""
     found = []
     for i, column in enumerate(c for c in columns if orderable_part(c) is not None):
@@ -210,6 +218,7 @@ def range_predicates(columns: Sequence[Column], alias: str, row: Mapping[str, An
 
 # -- the model's change ---------------------------------------------------------------------------
 
+
 def consolidate(change_view: str, columns: Sequence[Column]) -> str:
     """Net weight per distinct row; rows whose changes cancel out disappear."""
     cols = column_list(columns)
@@ -221,8 +230,9 @@ def consolidate(change_view: str, columns: Sequence[Column]) -> str:
 
 def change_counts(net_view: str) -> str:
     """Rows the change inserts and deletes, and the largest number of copies of one row."""
-    counts = ", ".join(f"{expression} AS {name}"
-                       for name, expression in change_count_aggregates().items())
+    counts = ", ".join(
+        f"{expression} AS {name}" for name, expression in change_count_aggregates().items()
+    )
     return f"SELECT {counts} FROM {net_view}"
 
 
@@ -246,12 +256,15 @@ def count_rows(view: str) -> str:
 
 def count_changes(delta_view: str) -> str:
     """Rows of an input's change, and how many of them remove a row (weight -1)."""
-    return (f"SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN {WEIGHT} < 0 THEN 1 ELSE 0 END), 0) "
-            f"AS removals FROM {delta_view}")
+    return (
+        f"SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN {WEIGHT} < 0 THEN 1 ELSE 0 END), 0) "
+        f"AS removals FROM {delta_view}"
+    )
 
 
-def insert_copies(target: str, net_view: str, columns: Sequence[Column],
-                  order: Sequence[Column] = ()) -> str:
+def insert_copies(
+    target: str, net_view: str, columns: Sequence[Column], order: Sequence[Column] = ()
+) -> str:
     """A change with only inserts: a blind append, `weight` copies of each row.
 
     `order`: columns to sort the rows by (`time_first`), so that the files written hold narrow
@@ -279,8 +292,9 @@ def append_change(target: str, change: str, columns: Sequence[Column]) -> str:
     )
 
 
-def merge_change(target: str, net_view: str, columns: Sequence[Column],
-                 target_bounds: Sequence[str] = ()) -> str:
+def merge_change(
+    target: str, net_view: str, columns: Sequence[Column], target_bounds: Sequence[str] = ()
+) -> str:
     """Apply a multiset change in one atomic MERGE.
 
     A row r with net weight w > 0 gains w copies. A row with w < 0 loses |w| copies: all copies of
@@ -321,8 +335,13 @@ def merge_change(target: str, net_view: str, columns: Sequence[Column],
     )
 
 
-def merge_by_key(target: str, net_view: str, columns: Sequence[Column], key: Sequence[str],
-                 target_bounds: Sequence[str] = ()) -> str:
+def merge_by_key(
+    target: str,
+    net_view: str,
+    columns: Sequence[Column],
+    key: Sequence[str],
+    target_bounds: Sequence[str] = (),
+) -> str:
     """Apply a change to a table holding at most one row per `key` (an aggregate's groups).
 
     Per key the change holds its new row (+1), its old row (-1), or both: the row is inserted,
@@ -334,9 +353,11 @@ def merge_by_key(target: str, net_view: str, columns: Sequence[Column], key: Seq
     keys = [c for c in columns if c.name.lower() in wanted]
     values = [c for c in columns if c.name.lower() not in wanted]
     grouping = f" GROUP BY {column_list(keys)}" if keys else ""
-    chosen = (f"max_by(struct({column_list(values)}), {WEIGHT}) AS {ROW}, " if values else "")
-    source = (f"SELECT {column_list(keys) + ', ' if keys else ''}{chosen}"
-              f"MAX({WEIGHT}) > 0 AS {KEEP} FROM {net_view}{grouping}")
+    chosen = f"max_by(struct({column_list(values)}), {WEIGHT}) AS {ROW}, " if values else ""
+    source = (
+        f"SELECT {column_list(keys) + ', ' if keys else ''}{chosen}"
+        f"MAX({WEIGHT}) > 0 AS {KEEP} FROM {net_view}{grouping}"
+    )
     bounds = "".join(f" AND {bound}" for bound in target_bounds)
     update = ", ".join(f"{quote(c.name)} = s.{ROW}.{quote(c.name)}" for c in values)
     inserted = [f"s.{quote(c.name)}" if c in keys else f"s.{ROW}.{quote(c.name)}" for c in columns]
@@ -351,6 +372,7 @@ def merge_by_key(target: str, net_view: str, columns: Sequence[Column], key: Seq
 
 
 # -- aggregate state ------------------------------------------------------------------------------
+
 
 def previous_groups(state: str, group_delta: str, group_columns: Sequence[Column]) -> str:
     """The state rows of the groups this step touches, before the step."""
@@ -385,8 +407,9 @@ def output_change(output_new: str, output_old: str, columns: Sequence[Column]) -
 STEP = "_streamsql_step"
 
 
-def latest_state(table_as_of: str, group_columns: Sequence[Column],
-                 state_columns: Sequence[Column]) -> str:
+def latest_state(
+    table_as_of: str, group_columns: Sequence[Column], state_columns: Sequence[Column]
+) -> str:
     """The state of every group as a state table (a log) holds it: the latest row per group.
 
     A row with a count of 0 or less (a group that is gone) hides the group's older rows. The
@@ -395,18 +418,27 @@ def latest_state(table_as_of: str, group_columns: Sequence[Column],
     """
     groups = column_list(group_columns)
     values = [c for c in state_columns if c not in group_columns]
-    latest = (f"max_by(struct({column_list(values)}), {STEP}) AS _streamsql_latest")
+    latest = f"max_by(struct({column_list(values)}), {STEP}) AS _streamsql_latest"
     projection = ", ".join(
-        quote(c.name) if c in group_columns
-        else f"_streamsql_latest.{quote(c.name)} AS {quote(c.name)}" for c in state_columns)
+        quote(c.name)
+        if c in group_columns
+        else f"_streamsql_latest.{quote(c.name)} AS {quote(c.name)}"
+        for c in state_columns
+    )
     grouped = f"SELECT {groups + ', ' if groups else ''}{latest} FROM ({table_as_of})"
     if groups:
         grouped += f" GROUP BY {groups}"
     return f"SELECT {projection} FROM ({grouped}) WHERE _streamsql_latest.{COUNT} > 0"
 
 
-def insert_state(state: str, new_groups: str, state_columns: Sequence[Column], step: int,
-                 order: Sequence[Column], everything: bool = True) -> str:
+def insert_state(
+    state: str,
+    new_groups: str,
+    state_columns: Sequence[Column],
+    step: int,
+    order: Sequence[Column],
+    everything: bool = True,
+) -> str:
     """Append the changed groups' new state to a state table, as step `step`'s rows.
 
     `everything`: gone groups too (count 0), which hide their older rows; a first write, into an
@@ -415,8 +447,10 @@ def insert_state(state: str, new_groups: str, state_columns: Sequence[Column], s
     """
     cols = column_list(state_columns)
     condition = "" if everything else f" WHERE {COUNT} > 0"
-    return (f"INSERT INTO {state} ({cols}, {STEP}) SELECT {cols}, CAST({step} AS BIGINT) "
-            f"FROM {new_groups}{condition}{order_by(order)}")
+    return (
+        f"INSERT INTO {state} ({cols}, {STEP}) SELECT {cols}, CAST({step} AS BIGINT) "
+        f"FROM {new_groups}{condition}{order_by(order)}"
+    )
 
 
 def state_through(state: str, step: int) -> str:
@@ -425,8 +459,13 @@ def state_through(state: str, step: int) -> str:
     return f"SELECT * FROM {state} WHERE {STEP} <= {step}"
 
 
-def compact_state(state: str, step: int, group_columns: Sequence[Column],
-                  state_columns: Sequence[Column], order: Sequence[Column]) -> str:
+def compact_state(
+    state: str,
+    step: int,
+    group_columns: Sequence[Column],
+    state_columns: Sequence[Column],
+    order: Sequence[Column],
+) -> str:
     """Rewrite a state table as one row per live group as of `step`, sorted like a first write.
 
     The state it holds does not change (`latest_state` of its rows up to `step` reads the
@@ -434,17 +473,22 @@ def compact_state(state: str, step: int, group_columns: Sequence[Column],
     """
     cols = column_list(state_columns)
     current = latest_state(state_through(state, step), group_columns, state_columns)
-    return (f"INSERT OVERWRITE {state} ({cols}, {STEP}) SELECT {cols}, CAST({step} AS BIGINT) "
-            f"FROM ({current}){order_by(order)}")
+    return (
+        f"INSERT OVERWRITE {state} ({cols}, {STEP}) SELECT {cols}, CAST({step} AS BIGINT) "
+        f"FROM ({current}){order_by(order)}"
+    )
 
 
 # -- tables ---------------------------------------------------------------------------------------
 
+
 def table_properties(extra: Optional[Mapping[str, str]] = None) -> str:
     # Deletion vectors let a MERGE mark the rows it replaces instead of rewriting every file that
     # holds one: a step's write then costs what its change costs, not what the table holds.
-    properties: Dict[str, str] = {"delta.enableChangeDataFeed": "true",
-                                  "delta.enableDeletionVectors": "true"}
+    properties: Dict[str, str] = {
+        "delta.enableChangeDataFeed": "true",
+        "delta.enableDeletionVectors": "true",
+    }
     properties.update({str(k): str(v) for k, v in (extra or {}).items()})
     return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
 

@@ -69,19 +69,35 @@ from dbt.adapters.streamsql.planning.planner import plan_step
 # How Delta says that another transaction's commit conflicts with this run's write; the last
 # two: another run's first step created the same table a moment before this one's (the step
 # creates its tables with OR REPLACE or IF NOT EXISTS, so nothing else makes them).
-CONCURRENT_WRITE_MARKERS = ("ConcurrentAppendException", "ConcurrentDeleteReadException",
-                            "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
-                            "MetadataChangedException", "DELTA_CONCURRENT_",
-                            "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION",
-                            "TABLE_OR_VIEW_ALREADY_EXISTS")
+CONCURRENT_WRITE_MARKERS = (
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException",
+    "MetadataChangedException",
+    "DELTA_CONCURRENT_",
+    "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION",
+    "TABLE_OR_VIEW_ALREADY_EXISTS",
+)
 
-__all__ = ["run_step", "flush_step", "ModelSettings", "StepError", "StepResult",
-           "FAULT_INJECTION_ENV", "InjectedFault"]
+__all__ = [
+    "run_step",
+    "flush_step",
+    "ModelSettings",
+    "StepError",
+    "StepResult",
+    "FAULT_INJECTION_ENV",
+    "InjectedFault",
+]
 
 
-def run_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
-             log: Callable[[str], None] = lambda line: None,
-             side_sql: Optional[SideTableSql] = None) -> StepResult:
+def run_step(
+    session: SqlSession,
+    model: ModelSettings,
+    compiled_sql: str,
+    log: Callable[[str], None] = lambda line: None,
+    side_sql: Optional[SideTableSql] = None,
+) -> StepResult:
     """Runs one step of `model`, whose query is `compiled_sql`; what it did.
 
     `side_sql`: the side tables' statements (side_tables.py); by default the package's macros
@@ -94,8 +110,9 @@ def run_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
         raise StepError(f"Model {model.name}: {error}") from error
     except Exception as error:
         if recovery.lost_history(error) and ctx.recover_reason is None:  # read it all again
-            return recovery.take_again(ctx, error, lambda again: _step(again, compiled_sql),
-                                       started)
+            return recovery.take_again(
+                ctx, error, lambda again: _step(again, compiled_sql), started
+            )
         if any(marker in str(error) for marker in CONCURRENT_WRITE_MARKERS):
             raise StepError(
                 f"Model {model.name}: another run wrote to its tables at the same time (Delta "
@@ -122,30 +139,56 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     if last is not None and last.step > 0:
         unfinished = bookkeeping.unfinished_side_writes(ctx, last)
         if unfinished:
-            finish_step(ctx.session, ctx.model, compiled_sql, last, unfinished, ctx.log,
-                        ctx.side_sql)
-    if last is not None and last.unchanged(fingerprint, versions) and \
-            recovery.same_tables(last, read):
-        return StepResult(ctx.model.name, last.step, last.plan, last.reason,
-                          waterline=dict(last.waterline), skipped=True)
+            finish_step(
+                ctx.session, ctx.model, compiled_sql, last, unfinished, ctx.log, ctx.side_sql
+            )
+    if (
+        last is not None
+        and last.unchanged(fingerprint, versions)
+        and recovery.same_tables(last, read)
+    ):
+        return StepResult(
+            ctx.model.name,
+            last.step,
+            last.plan,
+            last.reason,
+            waterline=dict(last.waterline),
+            skipped=True,
+        )
 
     # 2. the plan
     with ctx.role("the columns of the model's query"):
         output_columns = inputs.describe_query(ctx.session, compiled_sql)
-    plan = strategy.planned(ctx, plan_step(compiled_sql, [i.table for i in read], output_columns,
-                                           inputs.describer(ctx.session, read)),
-                            compiled_sql, read, output_columns)
+    plan = strategy.planned(
+        ctx,
+        plan_step(
+            compiled_sql,
+            [i.table for i in read],
+            output_columns,
+            inputs.describer(ctx.session, read),
+        ),
+        compiled_sql,
+        read,
+        output_columns,
+    )
     rules = event_time_rules(ctx, output_columns)  # fails before anything is written
     emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)  # so does this
     schema.check(ctx, last, output_columns, read)  # so do a refused schema change and key
     key = keys.key_columns(ctx, output_columns, rules.columns) or merge_key(plan, rules.columns)
-    previous = bookkeeping.prepare_target(ctx, plan, read, output_columns, fingerprint, rules,
-                                          last)
-    if previous.step > 0 and versions == previous.input_versions and \
-            recovery.same_tables(previous, read):
-        return StepResult(ctx.model.name, previous.step, emit_final.plan_name(plan, ctx.model),
-                          plan.reason,
-                          waterline=dict(previous.waterline), skipped=True)
+    previous = bookkeeping.prepare_target(ctx, plan, read, output_columns, fingerprint, rules, last)
+    if (
+        previous.step > 0
+        and versions == previous.input_versions
+        and recovery.same_tables(previous, read)
+    ):
+        return StepResult(
+            ctx.model.name,
+            previous.step,
+            emit_final.plan_name(plan, ctx.model),
+            plan.reason,
+            waterline=dict(previous.waterline),
+            skipped=True,
+        )
 
     ctx.checkpoint("start")
     name = emit_final.plan_name(plan, ctx.model)
@@ -161,14 +204,21 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     # 5. the commit
     columns = schema.written_columns(ctx, previous, plan.output_columns)
     keys.check_unique(ctx, model_change, columns, ctx.model.unique_key and key, record.step)
-    commit_step(ctx, model_change, columns, writes, previous, record, result,
-                rules.lateness, key=key)
+    commit_step(
+        ctx, model_change, columns, writes, previous, record, result, rules.lateness, key=key
+    )
     return result
 
 
-def compute_step(ctx: StepContext, plan: StepPlan, read: Sequence[InputState],
-                 rules: EventTimeRules, previous: StepRecord, record: StepRecord,
-                 result: StepResult) -> Tuple[ModelChange, StepWrites]:
+def compute_step(
+    ctx: StepContext,
+    plan: StepPlan,
+    read: Sequence[InputState],
+    rules: EventTimeRules,
+    previous: StepRecord,
+    record: StepRecord,
+    result: StepResult,
+) -> Tuple[ModelChange, StepWrites]:
     """Phases 3 and 4: the model's change from the inputs' changes since `previous`, and what
     the step writes besides; nothing is written (every read is pinned: commit.py)."""
     ctx.first_step = all(previous.input_versions.get(i.table.name) is None for i in read)
@@ -197,56 +247,90 @@ def compute_step(ctx: StepContext, plan: StepPlan, read: Sequence[InputState],
 
     model_change = recovery.finish(ctx, adjusted, model_change, writes, previous)
     if rules.watermark or rules.lateness:
-        model_change = ModelChange(apply_event_time(
-            ctx, model_change.relation, adjusted.columns, rules, previous, record, result,
-            writes))
+        model_change = ModelChange(
+            apply_event_time(
+                ctx,
+                model_change.relation,
+                adjusted.columns,
+                rules,
+                previous,
+                record,
+                result,
+                writes,
+            )
+        )
     if final:  # emit_final: the change judged above decided lateness and waterlines only
         aggregate = (adjusted.original or plan).aggregate
         state = next(w for w in writes.state if w.suffix == "__streamsql_state")
         assert aggregate is not None
-        model_change = change.final_groups_change(ctx, aggregate, state, final, previous,
-                                                  record, adjusted.columns)
+        model_change = change.final_groups_change(
+            ctx, aggregate, state, final, previous, record, adjusted.columns
+        )
     return model_change, writes
 
 
-def finish_step(session: SqlSession, model: ModelSettings, compiled_sql: str,
-                last: StepRecord, unfinished: Sequence[str],
-                log: Callable[[str], None], side_sql: SideTableSql) -> None:
+def finish_step(
+    session: SqlSession,
+    model: ModelSettings,
+    compiled_sql: str,
+    last: StepRecord,
+    unfinished: Sequence[str],
+    log: Callable[[str], None],
+    side_sql: SideTableSql,
+) -> None:
     """Writes what a crash left unwritten of step `last` (committed to the model, with side
     tables named in its record still without it): the step computed again from the inputs'
     versions it read and the state before it, every side-table write tried again (Delta skips
     those that landed before, commit.py)."""
     ctx = StepContext(session, model, log, side_sql=side_sql)
     try:
-        ctx.log(f"{model.name}: finishing step {last.step}, which a crash interrupted after its "
-                f"commit: {', '.join(unfinished)} without it yet")
+        ctx.log(
+            f"{model.name}: finishing step {last.step}, which a crash interrupted after its "
+            f"commit: {', '.join(unfinished)} without it yet"
+        )
         previous, committed_at = bookkeeping.record_before(ctx, last)
         ctx.target_version = committed_at - 1
         working = previous.next(ctx.run_id, dict(last.input_versions))
         if last.flush:
             columns = list(ctx.delta_log.snapshot(model.target_name).columns)
             rules = event_time_rules(ctx, columns)
-            _, writes = flush_change(ctx, columns, rules, previous, working,
-                                     StepResult(model.name, last.step, "", ""))
+            _, writes = flush_change(
+                ctx, columns, rules, previous, working, StepResult(model.name, last.step, "", "")
+            )
         else:
-            read = [inputs.pinned(item, last.input_versions)
-                    for item in inputs.describe_inputs(ctx, compiled_sql)]
+            read = [
+                inputs.pinned(item, last.input_versions)
+                for item in inputs.describe_inputs(ctx, compiled_sql)
+            ]
             with ctx.role("the columns of the model's query"):
                 output_columns = inputs.describe_query(ctx.session, compiled_sql)
-            plan = strategy.planned(ctx, plan_step(
-                compiled_sql, [i.table for i in read], output_columns,
-                inputs.describer(ctx.session, read)), compiled_sql, read, output_columns)
+            plan = strategy.planned(
+                ctx,
+                plan_step(
+                    compiled_sql,
+                    [i.table for i in read],
+                    output_columns,
+                    inputs.describer(ctx.session, read),
+                ),
+                compiled_sql,
+                read,
+                output_columns,
+            )
             rules = event_time_rules(ctx, output_columns)
-            _, writes = compute_step(ctx, plan, read, rules, previous, working,
-                                     StepResult(model.name, last.step, "", ""))
+            _, writes = compute_step(
+                ctx, plan, read, rules, previous, working, StepResult(model.name, last.step, "", "")
+            )
         write_side_tables(ctx, writes, previous, last)
     finally:
         ctx.views.drop_all()
 
 
-def flush_step(session: SqlSession, model: ModelSettings,
-               log: Callable[[str], None] = lambda line: None,
-               side_sql: Optional[SideTableSql] = None) -> StepResult:
+def flush_step(
+    session: SqlSession,
+    model: ModelSettings,
+    log: Callable[[str], None] = lambda line: None,
+    side_sql: Optional[SideTableSql] = None,
+) -> StepResult:
     """Releases every held change (`streamsql_flush`): a step that reads no input."""
     ctx = StepContext(session, model, log, side_sql=side_sql or default_side_table_sql())
     started = time.monotonic()
@@ -254,38 +338,51 @@ def flush_step(session: SqlSession, model: ModelSettings,
         try:
             columns = list(ctx.delta_log.snapshot(model.target_name).columns)
         except TableMissing as missing:
-            raise StepError(f"Model {model.name} has not run as an incremental_view yet: "
-                            "nothing is held.") from missing
+            raise StepError(
+                f"Model {model.name} has not run as an incremental_view yet: nothing is held."
+            ) from missing
         rules = event_time_rules(ctx, columns)
         previous = bookkeeping.read_last_record(ctx)
         if previous is None:
-            raise StepError(f"Model {model.name} has not run as an incremental_view "
-                            "yet: nothing is held.")
+            raise StepError(
+                f"Model {model.name} has not run as an incremental_view yet: nothing is held."
+            )
         if not rules.watermark:
             raise StepError(f"Model {model.name} declares no watermark: nothing is held.")
         unfinished = bookkeeping.unfinished_side_writes(ctx, previous)
         if unfinished:
-            raise StepError(f"Model {model.name}: its step {previous.step} was interrupted; "
-                            "run `dbt run` for it to finish that step, then flush.")
+            raise StepError(
+                f"Model {model.name}: its step {previous.step} was interrupted; "
+                "run `dbt run` for it to finish that step, then flush."
+            )
         record = previous.next(ctx.run_id, dict(previous.input_versions))
         record.flush = True
         result = StepResult(model.name, record.step, "flush", "release every held change")
         released, writes = flush_change(ctx, columns, rules, previous, record, result)
-        commit_step(ctx, ModelChange(released), columns, writes, previous, record, result,
-                    rules.lateness)
+        commit_step(
+            ctx, ModelChange(released), columns, writes, previous, record, result, rules.lateness
+        )
     finally:
         ctx.views.drop_all()
     result.seconds = time.monotonic() - started
     return result
 
 
-def flush_change(ctx: StepContext, columns: Sequence[Column], rules: EventTimeRules,
-                 previous: StepRecord, record: StepRecord,
-                 result: StepResult) -> Tuple[str, StepWrites]:
+def flush_change(
+    ctx: StepContext,
+    columns: Sequence[Column],
+    rules: EventTimeRules,
+    previous: StepRecord,
+    record: StepRecord,
+    result: StepResult,
+) -> Tuple[str, StepWrites]:
     """A flush's change: everything WATERMARK holds, released (and judged by LATENESS)."""
-    nothing = inline(f"SELECT {column_list(columns)}, CAST(0 AS BIGINT) AS {WEIGHT} "
-                     f"FROM {ctx.model.target} WHERE false")
+    nothing = inline(
+        f"SELECT {column_list(columns)}, CAST(0 AS BIGINT) AS {WEIGHT} "
+        f"FROM {ctx.model.target} WHERE false"
+    )
     writes = StepWrites()
-    released = apply_event_time(ctx, nothing, columns, rules, previous, record, result, writes,
-                                release_all=True)
+    released = apply_event_time(
+        ctx, nothing, columns, rules, previous, record, result, writes, release_all=True
+    )
     return released, writes

@@ -28,37 +28,56 @@ RECOMPUTE_SHARE = 0.5
 MIN_INPUT_BYTES = 64 * 2**20
 
 
-def planned(ctx: StepContext, plan: StepPlan, compiled_sql: str, read: Sequence[InputState],
-            output_columns: Sequence[Column]) -> StepPlan:
+def planned(
+    ctx: StepContext,
+    plan: StepPlan,
+    compiled_sql: str,
+    read: Sequence[InputState],
+    output_columns: Sequence[Column],
+) -> StepPlan:
     """The model's plan as its `strategy` config has it."""
     strategy = ctx.model.strategy
     if strategy not in STRATEGIES:
         raise StepError(
             f"Model {ctx.model.name}: config strategy = {strategy!r} is not one of "
-            f"{', '.join(STRATEGIES)}. Use `auto` (the default), `incremental` or `recompute`.")
+            f"{', '.join(STRATEGIES)}. Use `auto` (the default), `incremental` or `recompute`."
+        )
     if strategy != "recompute" or plan.strategy == "recompute":
         return plan
-    return recompute_plan(compiled_sql, [i.table for i in read], output_columns,
-                          "strategy: recompute (the model's config)")
+    return recompute_plan(
+        compiled_sql,
+        [i.table for i in read],
+        output_columns,
+        "strategy: recompute (the model's config)",
+    )
 
 
-def chosen(ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange],
-           result: StepResult) -> StepPlan:
+def chosen(
+    ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange], result: StepResult
+) -> StepPlan:
     """The plan this step runs: `plan`, or under `auto` a recompute when the change is about as
     large as the inputs (see the module docstring); the choice goes into `result`'s notes."""
-    if ctx.model.strategy != "auto" or plan.strategy != "linear" or plan.stages \
-            or ctx.first_step:
+    if ctx.model.strategy != "auto" or plan.strategy != "linear" or plan.stages or ctx.first_step:
         return plan
     change_bytes = _total(change.size_bytes for change in changes)
     input_bytes = _total(change.input.size_bytes for change in changes)
-    if change_bytes is None or input_bytes is None or input_bytes < MIN_INPUT_BYTES \
-            or change_bytes < RECOMPUTE_SHARE * input_bytes:
+    if (
+        change_bytes is None
+        or input_bytes is None
+        or input_bytes < MIN_INPUT_BYTES
+        or change_bytes < RECOMPUTE_SHARE * input_bytes
+    ):
         return plan
     result.notes.append(
         f"recomputed this step: its inputs changed by {_size(change_bytes)}, at least "
-        f"{RECOMPUTE_SHARE:.0%} of their {_size(input_bytes)}")
-    return recompute_plan(ctx.compiled_sql, [c.input.table for c in changes], plan.output_columns,
-                          "the inputs' change is as large as the inputs")
+        f"{RECOMPUTE_SHARE:.0%} of their {_size(input_bytes)}"
+    )
+    return recompute_plan(
+        ctx.compiled_sql,
+        [c.input.table for c in changes],
+        plan.output_columns,
+        "the inputs' change is as large as the inputs",
+    )
 
 
 def _total(values) -> Optional[int]:

@@ -24,12 +24,21 @@ ROLE_LINE = re.compile(r"^-- (\d+)\. (.*)$")
 _ROLES: Sequence[Tuple[re.Pattern, str, bool]] = [
     # (statement pattern, role with the pattern's groups as {1}, {2}, whether it only serves
     # the statement the step names)
-    (re.compile(r"SET spark\.databricks\.delta\.commitInfo\.userMetadata="),
-     "the step record, for the next commit", True),
-    (re.compile(r"SET spark\.databricks\.delta\.write\.txnAppId="),
-     "Delta's idempotent-write id, for the next commit", True),
-    (re.compile(r"SET spark\.databricks\.delta\.write\.txnVersion="),
-     "Delta's idempotent-write version (the step), for the next commit", True),
+    (
+        re.compile(r"SET spark\.databricks\.delta\.commitInfo\.userMetadata="),
+        "the step record, for the next commit",
+        True,
+    ),
+    (
+        re.compile(r"SET spark\.databricks\.delta\.write\.txnAppId="),
+        "Delta's idempotent-write id, for the next commit",
+        True,
+    ),
+    (
+        re.compile(r"SET spark\.databricks\.delta\.write\.txnVersion="),
+        "Delta's idempotent-write version (the step), for the next commit",
+        True,
+    ),
     (re.compile(r"SET ([^=\s]+)="), "the setting {1}", True),
     (re.compile(r"RESET (\S+)$"), "the setting {1} unset", True),
     (re.compile(r"DESCRIBE HISTORY (\S+) LIMIT 1$"), "the last commit of {1}", True),

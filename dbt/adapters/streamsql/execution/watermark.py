@@ -47,15 +47,16 @@ class WatermarkRule:
         return f"CAST('{value}' AS {self.column.data_type})"
 
 
-def watermark_rules(model: str, output_columns: Sequence[Column],
-                    watermark: Optional[Mapping[str, object]]) -> List[WatermarkRule]:
+def watermark_rules(
+    model: str, output_columns: Sequence[Column], watermark: Optional[Mapping[str, object]]
+) -> List[WatermarkRule]:
     rules = []
     for name, value in dict(watermark or {}).items():
         column = find_column(model, "watermark", output_columns, str(name))
         if not constant_expression(str(value)):
             raise LatenessConfigError(
                 f"Model {model}: config watermark[{name}] = {value!r} is not a constant "
-                "expression. Use a literal such as \"INTERVAL 10 MINUTES\" or \"100\"."
+                'expression. Use a literal such as "INTERVAL 10 MINUTES" or "100".'
             )
         rules.append(WatermarkRule(column, str(value)))
     return rules
@@ -64,12 +65,15 @@ def watermark_rules(model: str, output_columns: Sequence[Column],
 def addition_check(rule: WatermarkRule) -> str:
     """A query that fails unless `column + delay` is comparable with the column."""
     col = rule.column
-    return (f"SELECT CAST(NULL AS {col.data_type}) + ({rule.delay}) >= "
-            f"CAST(NULL AS {col.data_type}) AS ok")
+    return (
+        f"SELECT CAST(NULL AS {col.data_type}) + ({rule.delay}) >= "
+        f"CAST(NULL AS {col.data_type}) AS ok"
+    )
 
 
-def seen_query(net_view: str, rules: Sequence[WatermarkRule],
-               seen: Mapping[str, Optional[str]]) -> str:
+def seen_query(
+    net_view: str, rules: Sequence[WatermarkRule], seen: Mapping[str, Optional[str]]
+) -> str:
     """One row, `s_<i>`: the largest value of each watermark column seen so far, as a string."""
     parts = []
     for i, rule in enumerate(rules):
@@ -80,8 +84,9 @@ def seen_query(net_view: str, rules: Sequence[WatermarkRule],
     return f"SELECT {', '.join(parts)} FROM {net_view}"
 
 
-def release_condition(rules: Sequence[WatermarkRule], seen: Mapping[str, Optional[str]],
-                      release_all: bool = False) -> str:
+def release_condition(
+    rules: Sequence[WatermarkRule], seen: Mapping[str, Optional[str]], release_all: bool = False
+) -> str:
     if release_all:
         return "true"
     conditions = []
@@ -93,8 +98,9 @@ def release_condition(rules: Sequence[WatermarkRule], seen: Mapping[str, Optiona
     return " AND ".join(conditions)
 
 
-def candidates(net_view: str, pending_view: str, columns: Sequence[Column], step: int,
-               condition: str) -> str:
+def candidates(
+    net_view: str, pending_view: str, columns: Sequence[Column], step: int, condition: str
+) -> str:
     """This step's changes and every change still held, each with the step that held it, an id
     (new for this step's changes) and whether the watermark releases it now (`condition`)."""
     cols = column_list(columns)
@@ -134,5 +140,7 @@ def pending_changes(candidates_view: str, columns: Sequence[Column], step: int) 
 
 def ids_missing(pending_table: str) -> List[str]:
     """Gives every row of a `__pending` table made before rows had ids an id of its own."""
-    return [f"ALTER TABLE {pending_table} ADD COLUMNS ({HELD_ID} string)",
-            f"UPDATE {pending_table} SET {HELD_ID} = uuid() WHERE {HELD_ID} IS NULL"]
+    return [
+        f"ALTER TABLE {pending_table} ADD COLUMNS ({HELD_ID} string)",
+        f"UPDATE {pending_table} SET {HELD_ID} = uuid() WHERE {HELD_ID} IS NULL",
+    ]
