@@ -21,7 +21,7 @@ from typing import Dict, List, Tuple
 import pytest
 from dbt.tests.util import run_dbt
 
-from dbt.adapters.streamsql.execution.step import FAULT_INJECTION_ENV
+from dbt.adapters.streamsql.execution.pipeline.step import FAULT_INJECTION_ENV
 
 LINEAR_CHECKPOINTS = ["start", "before_commit", "after_commit"]  # a linear step has no state
 AGGREGATE_CHECKPOINTS = ["start", "before_commit", "after_commit", "before_state", "after_state"]

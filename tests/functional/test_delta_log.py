@@ -13,8 +13,8 @@ from typing import Any, Dict, List
 import pytest
 
 from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
-from dbt.adapters.streamsql.execution import delta_log
-from dbt.adapters.streamsql.execution.delta_log import (
+from dbt.adapters.streamsql.execution.engine import delta_log
+from dbt.adapters.streamsql.execution.engine.delta_log import (
     JvmDeltaLog,
     NotDeltaTable,
     SqlDeltaLog,

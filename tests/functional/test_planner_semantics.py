@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import pytest
 
-from dbt.adapters.streamsql.execution import statements
+from dbt.adapters.streamsql.execution.engine import statements
 from dbt.adapters.streamsql.planning.binding import bind_text, parse_query
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,

@@ -13,7 +13,7 @@ import os
 import pytest
 from dbt.tests.util import run_dbt
 
-from dbt.adapters.streamsql.execution.trace import read_script
+from dbt.adapters.streamsql.execution.engine.trace import read_script
 
 PROJECT = "test"  # dbt.tests' project name
 

@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import sqlglot
 from sqlglot import exp
 
-from dbt.adapters.streamsql.execution.delta_log import SqlDeltaLog
-from dbt.adapters.streamsql.execution.trace import StatementTrace
+from dbt.adapters.streamsql.execution.engine.delta_log import SqlDeltaLog
+from dbt.adapters.streamsql.execution.engine.trace import StatementTrace
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"

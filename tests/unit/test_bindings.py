@@ -2,8 +2,8 @@
 
 import pytest
 
-from dbt.adapters.streamsql.execution.bindings import INLINE, MATERIALIZED, VIEW, Bindings
-from dbt.adapters.streamsql.execution.views import StepViews
+from dbt.adapters.streamsql.execution.engine.bindings import INLINE, MATERIALIZED, VIEW, Bindings
+from dbt.adapters.streamsql.execution.engine.views import StepViews
 from tests.unit.fake_sql_session import FakeSqlSession
 
 NEW, OLD, DELTA = "__streamsql_new_0__", "__streamsql_old_0__", "__streamsql_delta_0__"

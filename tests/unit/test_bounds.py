@@ -4,8 +4,9 @@ executor turns them into literal predicates (execution/bounds.py), without Spark
 import sqlglot
 from sqlglot import exp
 
-from dbt.adapters.streamsql.execution.bounds import bind_bounds, key_ranges
-from dbt.adapters.streamsql.execution.context import ModelSettings, StepContext
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.pipeline.bounds import bind_bounds, key_ranges
 from dbt.adapters.streamsql.planning.bounds import (
     AT_LEAST,
     AT_MOST,

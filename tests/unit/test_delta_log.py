@@ -6,7 +6,7 @@ tests/functional/test_delta_log.py; here, without Spark, what a commit info is t
 
 import pytest
 
-from dbt.adapters.streamsql.execution.delta_log import (
+from dbt.adapters.streamsql.execution.engine.delta_log import (
     Commit,
     NotDeltaTable,
     SqlDeltaLog,

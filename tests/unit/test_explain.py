@@ -6,9 +6,11 @@ from typing import Optional
 
 import pytest
 
-from dbt.adapters.streamsql.execution.commit import merge_key
-from dbt.adapters.streamsql.execution.context import ModelSettings
-from dbt.adapters.streamsql.execution.event_time import EventTimeRules
+from dbt.adapters.streamsql.execution.commit.protocol import merge_key
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.event_time.lateness import LatenessRule
+from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
+from dbt.adapters.streamsql.execution.event_time.watermark import WatermarkRule
 from dbt.adapters.streamsql.execution.explain import (
     Explanation,
     InputReading,
@@ -20,9 +22,7 @@ from dbt.adapters.streamsql.execution.explain import (
     split_reason,
     top_reason,
 )
-from dbt.adapters.streamsql.execution.lateness import LatenessRule
-from dbt.adapters.streamsql.execution.progress import StepRecord
-from dbt.adapters.streamsql.execution.watermark import WatermarkRule
+from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.planning.plan import Column, InputTable, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step
 

@@ -1,4 +1,4 @@
-"""Operational faults without Spark: the rules a step decides by (execution/recovery.py,
+"""Operational faults without Spark: the rules a step decides by (execution/recovery/,
 schema.py, retention.py, configs.py, keys.py), and steps on the fake session that refuse or
 recover.
 
@@ -12,12 +12,17 @@ import datetime
 
 import pytest
 
-from dbt.adapters.streamsql.execution import configs, keys, recovery, retention, schema
-from dbt.adapters.streamsql.execution.context import ModelSettings, StepContext, StepError
-from dbt.adapters.streamsql.execution.delta_log import Commit
-from dbt.adapters.streamsql.execution.inputs import InputState
-from dbt.adapters.streamsql.execution.progress import StepRecord
-from dbt.adapters.streamsql.execution.step import run_step
+from dbt.adapters.streamsql.execution import configs
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine.delta_log import Commit
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.pipeline import keys
+from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
+from dbt.adapters.streamsql.execution.pipeline.step import run_step
+from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
+from dbt.adapters.streamsql.execution.recovery import retention, schema
 from dbt.adapters.streamsql.planning.plan import Column, InputTable
 from tests.unit.fake_sql_session import FakeSqlSession
 

@@ -89,7 +89,7 @@ def steps_of(
 ) -> List[str]:
     """Step 1 over a source, a change of it (`second` sets the fake's answers), step 2, then
     `after` (a flush, a third step)."""
-    from dbt.adapters.streamsql.execution.step import run_step
+    from dbt.adapters.streamsql.execution.pipeline.step import run_step
 
     session = FakeSqlSession()
     session.create_source(source, columns)
@@ -116,7 +116,7 @@ def late_rows(session: FakeSqlSession) -> None:
 
 def held_then_flushed(settings) -> Callable[[FakeSqlSession], None]:
     def flush(session: FakeSqlSession) -> None:
-        from dbt.adapters.streamsql.execution.step import flush_step
+        from dbt.adapters.streamsql.execution.pipeline.step import flush_step
 
         session.answers.held = 0
         flush_step(session, settings)
@@ -126,7 +126,7 @@ def held_then_flushed(settings) -> Callable[[FakeSqlSession], None]:
 
 def third_step(settings, query: str) -> Callable[[FakeSqlSession], None]:
     def again(session: FakeSqlSession) -> None:
-        from dbt.adapters.streamsql.execution.step import run_step
+        from dbt.adapters.streamsql.execution.pipeline.step import run_step
 
         session.append_to("demo.src")
         run_step(session, settings, query)

@@ -15,10 +15,10 @@ import jinja2
 import pytest
 import sqlglot
 
-from dbt.adapters.streamsql.execution import lateness as late
-from dbt.adapters.streamsql.execution import side_tables as side
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution import watermark as wm
+from dbt.adapters.streamsql.execution.commit import side_tables as side
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.planning.plan import Column
 
 COLS = [Column("id", "bigint"), Column("ts", "timestamp"), Column("odd`name", "struct<a:int>")]

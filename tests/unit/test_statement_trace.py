@@ -9,9 +9,9 @@ from typing import Any, List
 import pytest
 
 from dbt.adapters.streamsql import impl
-from dbt.adapters.streamsql.execution.context import StepError
-from dbt.adapters.streamsql.execution.sql_session import AdapterSqlSession
-from dbt.adapters.streamsql.execution.trace import StatementTrace, read_script
+from dbt.adapters.streamsql.execution.engine.sql_session import AdapterSqlSession
+from dbt.adapters.streamsql.execution.engine.trace import StatementTrace, read_script
+from dbt.adapters.streamsql.execution.errors import StepError
 from tests.unit.test_step import (
     AGGREGATE,
     EVENTS,

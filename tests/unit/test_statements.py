@@ -3,7 +3,7 @@
 import pytest
 import sqlglot
 
-from dbt.adapters.streamsql.execution import statements as sql
+from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.planning.plan import Column
 
 COLS = [Column("room", "string"), Column("n", "bigint")]
@@ -164,7 +164,7 @@ def test_create_table_turns_on_the_change_feed_and_options():
 
 
 def test_merge_change_bounds_the_target_by_the_waterline():
-    from dbt.adapters.streamsql.execution import lateness as late
+    from dbt.adapters.streamsql.execution.event_time import lateness as late
 
     rules = late.lateness_rules("m", [Column("ts", "timestamp")], {"ts": "INTERVAL 1 HOUR"}, {})
     bounds = late.target_bounds(rules, {"ts": "2024-01-01 10:00:00"})

@@ -14,9 +14,14 @@ from typing import List
 
 import pytest
 
-from dbt.adapters.streamsql.execution.context import FAULT_INJECTION_ENV, InjectedFault
-from dbt.adapters.streamsql.execution.progress import StepRecord
-from dbt.adapters.streamsql.execution.step import ModelSettings, StepError, flush_step, run_step
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.errors import FAULT_INJECTION_ENV, InjectedFault
+from dbt.adapters.streamsql.execution.pipeline.step import (
+    ModelSettings,
+    StepError,
+    flush_step,
+    run_step,
+)
 from tests.unit.fake_sql_session import FakeSqlSession
 
 SRC = [("id", "bigint"), ("k", "bigint"), ("v", "bigint")]

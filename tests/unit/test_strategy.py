@@ -1,8 +1,8 @@
-"""Which plan a step runs: the `strategy` config and a step's choice to recompute (strategy.py)."""
+"""Which plan a step runs: the `strategy` config, and a step's choice to recompute."""
 
 import pytest
 
-from dbt.adapters.streamsql.execution.step import ModelSettings, StepError, run_step
+from dbt.adapters.streamsql.execution.pipeline.step import ModelSettings, StepError, run_step
 from tests.unit.fake_sql_session import FakeSqlSession
 
 SRC = [("id", "bigint"), ("k", "bigint"), ("v", "bigint")]

@@ -3,9 +3,9 @@
 import pytest
 import sqlglot
 
-from dbt.adapters.streamsql.execution import watermark as wm
-from dbt.adapters.streamsql.execution.lateness import LatenessConfigError
-from dbt.adapters.streamsql.execution.side_tables import default_side_table_sql
+from dbt.adapters.streamsql.execution.commit.side_tables import default_side_table_sql
+from dbt.adapters.streamsql.execution.event_time import watermark as wm
+from dbt.adapters.streamsql.execution.event_time.lateness import LatenessConfigError
 from dbt.adapters.streamsql.planning.plan import Column
 
 COLS = [Column("ts", "timestamp"), Column("seq", "bigint"), Column("place", "string")]

@@ -15,10 +15,11 @@ from dbt_common.exceptions import DbtRuntimeError
 from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
-from dbt.adapters.streamsql.execution import configs, side_tables
-from dbt.adapters.streamsql.execution.side_tables import SideTableSql
-from dbt.adapters.streamsql.execution.sql_session import AdapterSqlSession
-from dbt.adapters.streamsql.execution.step import (
+from dbt.adapters.streamsql.execution import configs
+from dbt.adapters.streamsql.execution.commit import side_tables
+from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql
+from dbt.adapters.streamsql.execution.engine.sql_session import AdapterSqlSession
+from dbt.adapters.streamsql.execution.pipeline.step import (
     ModelSettings,
     StepError,
     StepResult,

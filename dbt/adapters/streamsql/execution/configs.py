@@ -16,7 +16,7 @@ import dataclasses
 import difflib
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution.context import StepError
+from dbt.adapters.streamsql.execution.errors import StepError
 
 ON_SCHEMA_CHANGE = ("ignore", "fail", "append_new_columns", "sync_all_columns")
 # dbt's default for incremental models, and the value dbt gives the config when it is not set.

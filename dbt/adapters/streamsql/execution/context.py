@@ -12,124 +12,15 @@ import hashlib
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional
 
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution.bindings import Bindings
-from dbt.adapters.streamsql.execution.delta_log import DeltaLogReader
-from dbt.adapters.streamsql.execution.side_tables import SideTableSql, default_side_table_sql
-from dbt.adapters.streamsql.execution.sql_session import SqlSession
-from dbt.adapters.streamsql.execution.views import StepViews
-
-FAULT_INJECTION_ENV = "STREAMSQL_TEST_FAIL_AT"
-
-
-class StepError(Exception):
-    """A step cannot run; the message names the model and says what to do."""
-
-
-class InjectedFault(Exception):
-    """Raised at a named point of a step when the test-only fault switch asks for it."""
-
-
-@dataclass
-class ModelSettings:
-    """The model as a step sees it: its table's name and the configs the step obeys."""
-
-    name: str  # the model's name for messages
-    schema: str
-    identifier: str
-    full_refresh: bool = False
-    append_only: bool = False
-    partition_by: Sequence[str] = ()
-    cluster_by: Sequence[str] = ()
-    tblproperties: Mapping[str, str] = field(default_factory=dict)
-    location: Optional[str] = None
-    lateness: Mapping[str, Any] = field(default_factory=dict)
-    max_future: Mapping[str, Any] = field(default_factory=dict)
-    watermark: Mapping[str, Any] = field(default_factory=dict)
-    # an aggregate holds only final groups, each inserted once (emit_final.py)
-    emit_final: bool = False
-    # dbt's on_schema_change (schema.py) and unique_key (keys.py)
-    on_schema_change: str = "ignore"
-    unique_key: Sequence[str] = ()
-    # "auto": the planner's plan, and for a plan without state, a recompute in a step whose
-    # change is as large as its inputs (step.choose_plan); "incremental": never that;
-    # "recompute": always recompute and diff.
-    strategy: str = "auto"
-
-    def table(self, suffix: str = "") -> str:
-        """The quoted name of the model's table, or of one of its side tables."""
-        return f"{sql.quote(self.schema)}.{sql.quote(self.identifier + suffix)}"
-
-    def table_name(self, suffix: str = "") -> str:
-        """The unquoted name of the model's table, or of one of its side tables."""
-        return f"{self.schema}.{self.identifier + suffix}"
-
-    @property
-    def target(self) -> str:
-        return self.table()
-
-    @property
-    def target_name(self) -> str:  # unquoted, for table_changes() and idempotency keys
-        return self.table_name()
-
-    @property
-    def state_table(self) -> str:  # internal: per-group partial aggregates
-        return self.table("__streamsql_state")
-
-    @property
-    def late_table(self) -> str:
-        return self.table("__late")
-
-    @property
-    def waterline_table(self) -> str:
-        return self.table("__waterline")
-
-    @property
-    def pending_table(self) -> str:
-        return self.table("__pending")
-
-    def stage_table(self, stage: str) -> str:  # internal: a stage's per-group partial aggregates
-        return self.table(f"__streamsql_{stage}")
-
-
-@dataclass
-class StepResult:
-    """What one step did: the step log line and run_results.json's adapter response."""
-
-    model: str
-    step: int
-    plan: str
-    reason: str
-    changes_read: int = 0
-    inserted: int = 0
-    deleted: int = 0
-    late: int = 0
-    held: int = 0
-    waterline: Dict[str, Optional[str]] = field(default_factory=dict)
-    seconds: float = 0.0
-    skipped: bool = False  # nothing changed in the inputs since the last step
-    # What the step line adds: a recovery, a retention warning, an ignored column.
-    notes: List[str] = field(default_factory=list)
-
-    @property
-    def applied(self) -> int:
-        return self.inserted + self.deleted
-
-    def log_line(self) -> str:
-        if self.skipped:
-            return (
-                f"{self.model}: step {self.step}: inputs unchanged, nothing to do "
-                f"({self.seconds:.1f} s)"
-            )
-        waterline = ", ".join(f"{k}={v}" for k, v in self.waterline.items()) or "none"
-        return (
-            f"{self.model}: step {self.step}: read {self.changes_read} changes, applied "
-            f"{self.applied} (+{self.inserted} -{self.deleted}), late {self.late}, held "
-            f"{self.held}, waterline {waterline}; {self.plan} ({self.reason}); "
-            f"{self.seconds:.1f} s" + "".join(f"; {note}" for note in self.notes)
-        )
+from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
+from dbt.adapters.streamsql.execution.engine.bindings import Bindings
+from dbt.adapters.streamsql.execution.engine.delta_log import DeltaLogReader
+from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
+from dbt.adapters.streamsql.execution.engine.views import StepViews
+from dbt.adapters.streamsql.execution.errors import FAULT_INJECTION_ENV, InjectedFault
+from dbt.adapters.streamsql.execution.model import ModelSettings
 
 
 @dataclass
@@ -151,7 +42,7 @@ class StepContext:
     compiled_sql: str = ""
     # The model's columns next to its query's (schema.check); None on a first step.
     schema: Optional[Any] = None
-    # Set when the step is taken again because reading an input's history failed (recovery.py).
+    # Set when the step is taken again because reading an input's history failed (lost_history.py).
     recover_reason: Optional[str] = None
     # The statements that create and write the side tables: macros (side_tables.py).
     side_sql: SideTableSql = field(default_factory=default_side_table_sql)

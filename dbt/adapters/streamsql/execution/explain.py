@@ -14,13 +14,16 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution import bookkeeping, inputs
-from dbt.adapters.streamsql.execution.commit import merge_key
-from dbt.adapters.streamsql.execution.context import ModelSettings, StepContext, StepError
-from dbt.adapters.streamsql.execution.emit_final import final_columns, plan_name
-from dbt.adapters.streamsql.execution.event_time import EventTimeRules, event_time_rules
-from dbt.adapters.streamsql.execution.progress import StepRecord, sql_fingerprint
-from dbt.adapters.streamsql.execution.sql_session import SqlSession
+from dbt.adapters.streamsql.execution.commit import history
+from dbt.adapters.streamsql.execution.commit.protocol import merge_key
+from dbt.adapters.streamsql.execution.commit.record import StepRecord, sql_fingerprint
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.event_time.emit_final import final_columns, plan_name
+from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, event_time_rules
+from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.pipeline import inputs
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import FAST_PATH, StagePlan, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step
@@ -92,7 +95,7 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
     )
     try:
         final_columns(model, plan, rules.lateness, rules.watermark)
-        found.last = bookkeeping.last_step(ctx)
+        found.last = history.last_step(ctx)
     except StepError as error:
         found.problem = str(error)
     last = found.last

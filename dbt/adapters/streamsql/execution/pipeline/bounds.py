@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution import statements as sql
 from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.inputs import describe_rows
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.pipeline.inputs import describe_rows
 from dbt.adapters.streamsql.planning.plan import Column, KeyBound
 
 

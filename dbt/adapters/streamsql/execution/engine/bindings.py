@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution.views import StepViews
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.views import StepViews
 
 INLINE, VIEW, MATERIALIZED = "inline", "view", "materialized"
 

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 from typing import List, Mapping, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution import lateness as late
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution.context import ModelSettings, StepError
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
     GROUPS,

@@ -15,11 +15,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution import lateness as late
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution.bounds import bind_bounds, key_ranges
 from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.views import inline
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.pipeline.bounds import bind_bounds, key_ranges
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
     GROUP_DELTA,

@@ -25,43 +25,34 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution import (
-    bookkeeping,
-    change,
-    emit_final,
-    inputs,
-    keys,
-    recovery,
-    schema,
-    strategy,
-)
-from dbt.adapters.streamsql.execution.commit import (
-    ModelChange,
-    StepWrites,
+from dbt.adapters.streamsql.execution.commit import history, tables
+from dbt.adapters.streamsql.execution.commit.protocol import (
     commit_step,
     merge_key,
     write_side_tables,
 )
-from dbt.adapters.streamsql.execution.context import (
-    FAULT_INJECTION_ENV,
-    InjectedFault,
-    ModelSettings,
-    StepContext,
-    StepError,
-    StepResult,
-)
-from dbt.adapters.streamsql.execution.delta_log import TableMissing
-from dbt.adapters.streamsql.execution.event_time import (
+from dbt.adapters.streamsql.execution.commit.record import StepRecord, sql_fingerprint
+from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
+from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StepWrites
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing
+from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
+from dbt.adapters.streamsql.execution.engine.statements import column_list
+from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.errors import FAULT_INJECTION_ENV, InjectedFault, StepError
+from dbt.adapters.streamsql.execution.event_time import emit_final
+from dbt.adapters.streamsql.execution.event_time.rules import (
     EventTimeRules,
     apply_event_time,
     event_time_rules,
 )
-from dbt.adapters.streamsql.execution.inputs import InputState
-from dbt.adapters.streamsql.execution.progress import StepRecord, sql_fingerprint
-from dbt.adapters.streamsql.execution.side_tables import SideTableSql, default_side_table_sql
-from dbt.adapters.streamsql.execution.sql_session import SqlSession
-from dbt.adapters.streamsql.execution.statements import column_list
-from dbt.adapters.streamsql.execution.views import inline
+from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.pipeline import change, inputs, keys
+from dbt.adapters.streamsql.execution.pipeline import plan_choice as strategy
+from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
+from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
+from dbt.adapters.streamsql.execution.recovery import schema
+from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step
@@ -133,11 +124,11 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     read = inputs.describe_inputs(ctx, compiled_sql)
     fingerprint = sql_fingerprint(compiled_sql)
     versions = {i.table.name: i.version for i in read}
-    last = bookkeeping.last_step(ctx)
+    last = history.last_step(ctx)
     if last is not None:
         emit_final.check_unchanged(ctx.model, last.emit_final, last.step)
     if last is not None and last.step > 0:
-        unfinished = bookkeeping.unfinished_side_writes(ctx, last)
+        unfinished = history.unfinished_side_writes(ctx, last)
         if unfinished:
             finish_step(
                 ctx.session, ctx.model, compiled_sql, last, unfinished, ctx.log, ctx.side_sql
@@ -175,7 +166,7 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)  # so does this
     schema.check(ctx, last, output_columns, read)  # so do a refused schema change and key
     key = keys.key_columns(ctx, output_columns, rules.columns) or merge_key(plan, rules.columns)
-    previous = bookkeeping.prepare_target(ctx, plan, read, output_columns, fingerprint, rules, last)
+    previous = tables.prepare_target(ctx, plan, read, output_columns, fingerprint, rules, last)
     if (
         previous.step > 0
         and versions == previous.input_versions
@@ -196,7 +187,7 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     record = previous.next(ctx.run_id, versions)
     record.plan, record.reason = name, plan.reason
     record.emit_final = ctx.model.emit_final  # a change since the last step was refused above
-    bookkeeping.compact_state_tables(ctx, plan, previous, record)
+    tables.compact_state_tables(ctx, plan, previous, record)
 
     # 3. the change, and 4. event time
     model_change, writes = compute_step(ctx, plan, read, rules, previous, record, result)
@@ -288,7 +279,7 @@ def finish_step(
             f"{model.name}: finishing step {last.step}, which a crash interrupted after its "
             f"commit: {', '.join(unfinished)} without it yet"
         )
-        previous, committed_at = bookkeeping.record_before(ctx, last)
+        previous, committed_at = history.record_before(ctx, last)
         ctx.target_version = committed_at - 1
         working = previous.next(ctx.run_id, dict(last.input_versions))
         if last.flush:
@@ -342,14 +333,14 @@ def flush_step(
                 f"Model {model.name} has not run as an incremental_view yet: nothing is held."
             ) from missing
         rules = event_time_rules(ctx, columns)
-        previous = bookkeeping.read_last_record(ctx)
+        previous = history.read_last_record(ctx)
         if previous is None:
             raise StepError(
                 f"Model {model.name} has not run as an incremental_view yet: nothing is held."
             )
         if not rules.watermark:
             raise StepError(f"Model {model.name} declares no watermark: nothing is held.")
-        unfinished = bookkeeping.unfinished_side_writes(ctx, previous)
+        unfinished = history.unfinished_side_writes(ctx, previous)
         if unfinished:
             raise StepError(
                 f"Model {model.name}: its step {previous.step} was interrupted; "

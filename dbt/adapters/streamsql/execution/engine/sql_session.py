@@ -13,9 +13,13 @@ from dbt.adapters.events.types import SQLQuery, SQLQueryStatus
 from dbt_common.events.contextvars import get_node_info
 from dbt_common.events.functions import fire_event
 
-from dbt.adapters.streamsql.execution.delta_log import DeltaLogReader, JvmDeltaLog, SqlDeltaLog
-from dbt.adapters.streamsql.execution.statements import cached_view
-from dbt.adapters.streamsql.execution.trace import StatementTrace
+from dbt.adapters.streamsql.execution.engine.delta_log import (
+    DeltaLogReader,
+    JvmDeltaLog,
+    SqlDeltaLog,
+)
+from dbt.adapters.streamsql.execution.engine.statements import cached_view
+from dbt.adapters.streamsql.execution.engine.trace import StatementTrace
 
 
 class SqlSession(Protocol):

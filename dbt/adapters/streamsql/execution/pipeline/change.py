@@ -2,7 +2,7 @@
 
 Each returns the name of a view holding the model's change as weighted rows (plan.py: the
 model's columns plus `_streamsql_weight`), consolidated unless noted, and computes nothing it
-writes: a plan with state returns its state write (`commit.StateWrite`) for commit.py to run.
+writes: a plan with state returns its state write (`writes.StateWrite`) for protocol.py to run.
 
 - `stage_change`: an aggregate below the top of the query (planning/stages.py); binds the stage's
   placeholders so that what reads it sees one more input. Stages run first, in plan order.
@@ -18,20 +18,20 @@ from collections import Counter
 from functools import reduce
 from typing import Sequence, Tuple
 
-from dbt.adapters.streamsql.execution import emit_final as emit
-from dbt.adapters.streamsql.execution import lateness as late
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution.bounds import bind_bounds
-from dbt.adapters.streamsql.execution.commit import ModelChange, StateWrite
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite
 from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.progress import StepRecord
-from dbt.adapters.streamsql.execution.state import (
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.event_time import emit_final as emit
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
     changed_groups,
     group_columns,
     output_change,
     state_before,
 )
-from dbt.adapters.streamsql.execution.views import inline
+from dbt.adapters.streamsql.execution.pipeline.bounds import bind_bounds
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
     GROUPS,

@@ -15,7 +15,7 @@ Why no table ever shows part of a step, and why a step happens exactly once: unt
 the step wrote nothing (a run killed before leaves every table as it was; the next run takes
 the step from scratch). Once 1 commits, the step has happened. Each side table then gets the
 step in one commit: all of its rows, or none yet. A run killed between 1 and the end of 2 leaves
-some side tables without the step: the next run finds them (`bookkeeping.unfinished_side_writes`)
+some side tables without the step: the next run finds them (`history.unfinished_side_writes`)
 and first finishes the step (step.py): it computes it again from the same input versions and
 the state as it was before the step (inputs are read by version, state tables by step number:
 statements.state_through), and writes again; Delta skips the writes that had landed. Two runs
@@ -25,25 +25,33 @@ run's record and stops before writing anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution import lateness as late
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution import watermark as wm
-from dbt.adapters.streamsql.execution.bookkeeping import newest_record, with_record, with_settings
-from dbt.adapters.streamsql.execution.bounds import key_ranges
-from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
-from dbt.adapters.streamsql.execution.progress import StepRecord
-from dbt.adapters.streamsql.execution.state import ChangedGroups, group_columns
-from dbt.adapters.streamsql.planning.plan import WEIGHT, AggregatePlan, Column, StepPlan
+from dbt.adapters.streamsql.execution.commit.history import newest_record
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.transactions import with_record, with_settings
+from dbt.adapters.streamsql.execution.commit.writes import (
+    LATE,
+    PENDING,
+    WATERLINE,
+    ModelChange,
+    StateWrite,
+    StepWrites,
+)
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time import watermark as wm
+from dbt.adapters.streamsql.execution.pipeline.aggregate_state import group_columns
+from dbt.adapters.streamsql.execution.pipeline.bounds import key_ranges
+from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
 
 MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
 # Rows per file of a first step's sorted bulk write: small enough files that a later step's key
 # ranges skip most of them.
 BULK_FILE_ROWS = 250_000
-# The side tables, by their suffix to the model's name.
-WATERLINE, LATE, PENDING = "__waterline", "__late", "__pending"
 # Whether Delta copies a MERGE's source before it reads it twice: needless for a source that is
 # a checkpointed change and nothing else (a MERGE by key). A MERGE that matches whole rows is
 # not such a source: it joins the change with the model to count copies, and without the copy
@@ -53,73 +61,6 @@ WATERLINE, LATE, PENDING = "__waterline", "__late", "__pending"
 # runs, which Delta refuses (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION) unless it copied the
 # source first.
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
-
-
-@dataclass(frozen=True)
-class ModelChange:
-    """The model's change: weighted rows (plan.py) in `relation`, a view or an inline SELECT.
-
-    `appends`: every row has weight +1 and the rows are not netted (the change of a monotonic
-    query over inserts only): it is appended as it is, and counted by its commit. `reads`: what
-    an inline `relation` reads, for the statement log ("the changes of demo.src versions
-    3..5").
-    """
-
-    relation: str
-    appends: bool = False
-    reads: str = ""
-
-
-@dataclass
-class StateWrite:
-    """The new state of an aggregate's changed groups, appended to its state table."""
-
-    table: str
-    suffix: str  # the table's name after the model's: "__streamsql_state", "__streamsql_stage0"
-    aggregate: AggregatePlan
-    groups: ChangedGroups
-    fresh: bool  # the table is empty (a first step): its groups sorted, without gone ones
-
-    @property
-    def name(self) -> str:  # the state table's name in the step record ("state", "stage0")
-        return self.suffix[len("__streamsql_") :]
-
-
-@dataclass
-class HeldWrite:
-    """WATERMARK: the released rows of `__pending` marked, this step's held changes added."""
-
-    candidates: str  # this step's changes and the ones held before (materialized view)
-    columns: Sequence[Column]
-
-
-@dataclass
-class QuarantineWrite:
-    """LATENESS: this step's late changes into `__late`, and its waterlines into `__waterline`."""
-
-    classified: str  # the change with each row's lateness reason (materialized view)
-    columns: Sequence[Column]
-    rules: Sequence[late.LatenessRule]
-
-
-@dataclass
-class StepWrites:
-    """What a step writes after the model's commit."""
-
-    state: List[StateWrite] = field(default_factory=list)
-    held: Optional[HeldWrite] = None
-    quarantine: Optional[QuarantineWrite] = None
-
-    def tables(self, late_rows: int) -> List[str]:
-        """The side tables written, as suffixes of the model's name, in the order written."""
-        tables = []
-        if self.quarantine is not None:
-            tables.append(WATERLINE)
-            if late_rows:
-                tables.append(LATE)
-        if self.held is not None:
-            tables.append(PENDING)
-        return tables + [write.suffix for write in self.state if write.groups.count]
 
 
 def merge_key(

@@ -15,17 +15,19 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution.bindings import INLINE, MATERIALIZED, VIEW
-from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
-from dbt.adapters.streamsql.execution.delta_log import (
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.bindings import INLINE, MATERIALIZED, VIEW
+from dbt.adapters.streamsql.execution.engine.delta_log import (
     Commit,
     NotDeltaTable,
     TableMissing,
     quoted,
 )
-from dbt.adapters.streamsql.execution.progress import StepRecord
-from dbt.adapters.streamsql.execution.sql_session import SqlSession
+from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.planning.plan import (
     WEIGHT,
     Column,
@@ -50,7 +52,7 @@ class InputState:
 
 def describe_inputs(ctx: StepContext, compiled_sql: str) -> List[InputState]:
     """Every table the model reads, with its columns and current version."""
-    ctx.compiled_sql = compiled_sql  # what a recovery recomputes (recovery.py)
+    ctx.compiled_sql = compiled_sql  # what a recovery recomputes (lost_history.py)
     return [describe_input(ctx, name) for name in referenced_tables(compiled_sql)]
 
 

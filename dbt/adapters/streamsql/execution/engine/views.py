@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution.sql_session import SqlSession
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
 
 
 def inline(select: str) -> str:

@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Sequence
 
-from dbt.adapters.streamsql.execution.lateness import (
+from dbt.adapters.streamsql.execution.engine.statements import column_list, quote
+from dbt.adapters.streamsql.execution.event_time.lateness import (
     LatenessConfigError,
     constant_expression,
     find_column,
 )
-from dbt.adapters.streamsql.execution.statements import column_list, quote
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 HELD_STEP = "_streamsql_held_step"

@@ -6,7 +6,7 @@ then turns the model's change into the change to apply: WATERMARK holds back wha
 not moved past yet and releases what it now allows (watermark.py has the rule); LATENESS sets
 aside what is late, NULL or too far in the future, and moves the waterline (lateness.py). Both
 only compute: what they write (held rows, quarantined rows, waterlines) is described in the
-step's `StepWrites` and written by commit.py.
+step's `StepWrites` and written by the commit protocol (commit/protocol.py).
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Sequence
 
-from dbt.adapters.streamsql.execution import lateness as late
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution import watermark as wm
-from dbt.adapters.streamsql.execution.commit import HeldWrite, QuarantineWrite, StepWrites
-from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
-from dbt.adapters.streamsql.execution.progress import StepRecord
-from dbt.adapters.streamsql.execution.views import inline
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.writes import HeldWrite, QuarantineWrite, StepWrites
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time import watermark as wm
+from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.planning.plan import Column
 
 
@@ -111,7 +113,7 @@ def apply_watermark(
     """Hold back changes the watermark does not allow yet; release those it now allows.
 
     What the step holds and releases is computed from `__pending` as the last completed step
-    left it (its commits come only after the model's, commit.py); the write of the step's marks
+    left it (its commits come only after the model's: protocol.py); the write of the step's marks
     and held changes goes into `writes`, if there is anything to write.
     """
     session, pending, step = ctx.session, ctx.model.pending_table, record.step

@@ -19,7 +19,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import sqlglot
 from sqlglot import exp
 
-from dbt.adapters.streamsql.execution.statements import column_list, quote
+from dbt.adapters.streamsql.execution.engine.statements import column_list, quote
 from dbt.adapters.streamsql.planning.plan import DIALECT, WEIGHT, Column
 
 LATE_COLUMN = "_streamsql_column"

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
-from dbt.adapters.streamsql.execution.inputs import InputChange, InputState
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
+from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
 from dbt.adapters.streamsql.planning.planner import recompute_plan
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution.commit import ModelChange
-from dbt.adapters.streamsql.execution.context import StepContext, StepError
+from dbt.adapters.streamsql.execution.commit.writes import ModelChange
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 

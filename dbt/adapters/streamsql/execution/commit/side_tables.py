@@ -1,7 +1,7 @@
 """The side tables' statements (`<model>__late`, `__waterline`, `__pending`), made by macros.
 
 The boundary: the step decides what it writes to a side table (which columns a table has, which
-rows a step adds, when, under which step record: bookkeeping.py, commit.py); the package's macros
+rows a step adds, when, under which step record: history.py, protocol.py); the package's macros
 (dbt/include/streamsql/macros/side_tables/) say how the statements look: the CREATE with its
 properties and clauses, the INSERT or MERGE that adds a step's rows. They dispatch, so a project
 overrides one by defining `streamsql__create_late_table` (say) in its own macros.
@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Mapping, Sequence
 
 import jinja2
 
-from dbt.adapters.streamsql.execution.statements import quote
+from dbt.adapters.streamsql.execution.engine.statements import quote
 from dbt.adapters.streamsql.planning.plan import Column
 from dbt.include.streamsql import PACKAGE_PATH
 

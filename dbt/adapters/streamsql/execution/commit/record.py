@@ -53,11 +53,11 @@ class StepRecord:
     # A `streamsql_flush` step (it read no input, and released everything WATERMARK held).
     flush: bool = False
     # Each input's Delta table id when the step read it: another id later means the input was
-    # dropped or replaced and created again (recovery.py).
+    # dropped or replaced and created again (lost_history.py).
     input_ids: Dict[str, str] = field(default_factory=dict)
     # The model table's columns after the step, as [name, type] (schema.py).
     columns: List[List[str]] = field(default_factory=list)
-    # Why the step recomputed the model instead of reading its inputs' changes (recovery.py).
+    # Why the step recomputed the model instead of reading its inputs' changes (lost_history.py).
     recovered: List[str] = field(default_factory=list)
     # When the step started, in seconds since the epoch (retention.py).
     started_at: Optional[float] = None

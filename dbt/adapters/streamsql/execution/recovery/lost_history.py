@@ -45,18 +45,24 @@ from typing import Callable, List, Optional, Sequence
 import sqlglot
 from sqlglot import exp
 
-from dbt.adapters.streamsql.execution import emit_final as emit
-from dbt.adapters.streamsql.execution import lateness as late
-from dbt.adapters.streamsql.execution import retention, schema
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution import watermark as wm
-from dbt.adapters.streamsql.execution.commit import ModelChange, StateWrite, StepWrites
-from dbt.adapters.streamsql.execution.context import StepContext, StepError, StepResult
-from dbt.adapters.streamsql.execution.delta_log import Commit, name_parts
-from dbt.adapters.streamsql.execution.inputs import InputChange, InputState
-from dbt.adapters.streamsql.execution.progress import StepRecord
-from dbt.adapters.streamsql.execution.state import ChangedGroups, changed_groups, output_change
-from dbt.adapters.streamsql.execution.views import inline
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite, StepWrites
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.delta_log import Commit, name_parts
+from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.event_time import emit_final as emit
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time import watermark as wm
+from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
+    ChangedGroups,
+    changed_groups,
+    output_change,
+)
+from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
+from dbt.adapters.streamsql.execution.recovery import retention, schema
+from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
     DIALECT,

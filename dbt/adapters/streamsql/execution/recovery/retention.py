@@ -7,7 +7,7 @@ may delete it; change-data files too. The next step's commits are all made after
 safe if it runs within the shorter of the two from now. When that window is short next to how
 often the model runs (shorter than twice the time since its previous step, or than a day), the
 step line says which input, which property, and by when the next step must run: after that date
-the step may find the history gone and recompute the model from its inputs (recovery.py).
+the step may find the history gone and recompute the model from its inputs (lost_history.py).
 """
 
 from __future__ import annotations

@@ -1,58 +1,36 @@
-"""Where the model stands, and its tables.
+"""The model's tables: created on a first or full-refresh run, checked and compacted after.
 
-The model's Delta history holds its step records (`progress.StepRecord`, one per completed step,
-in the commit's userMetadata). `last_step` reads the last one; `prepare_target` checks that the
-table was built by this query and creates side tables a config asks for, or, on a first or
-full-refresh run, (re)creates every table. Every side-table commit of a step carries its record
-too (`with_record`), which is how `unfinished_side_writes` tells which of a completed step's
-side-table writes a crash left undone (commit.py). `compact_state_tables` rewrites the state
-tables that have grown, before a step reads them.
+`prepare_target` checks that the model's table was built by this query and creates the side
+tables a config asks for, or, on a first or full-refresh run, (re)creates every table, under a
+step-0 record (transactions.py). `compact_state_tables` rewrites the state tables that have
+grown, before a step reads them. Both write before the step's own commit (protocol.py): what
+they write leaves every table's contents as it was, so a step killed after them is simply taken
+again.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution import lateness as late
-from dbt.adapters.streamsql.execution import side_tables as side
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution import watermark as wm
-from dbt.adapters.streamsql.execution.context import StepContext, StepError
-from dbt.adapters.streamsql.execution.delta_log import Commit
-from dbt.adapters.streamsql.execution.inputs import InputState, describe_query, describe_views
-from dbt.adapters.streamsql.execution.progress import StepRecord, last_record
+from dbt.adapters.streamsql.execution.commit import side_tables as side
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.transactions import with_record, with_settings
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time import watermark as wm
+from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
+from dbt.adapters.streamsql.execution.pipeline.inputs import (
+    InputState,
+    describe_query,
+    describe_views,
+)
 from dbt.adapters.streamsql.planning.plan import AggregatePlan, Column, StepPlan
 
-if TYPE_CHECKING:
-    from dbt.adapters.streamsql.execution.event_time import EventTimeRules
-
-USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-HISTORY_PAGE = 50  # commits of the model's history read to find its last step record
 STATE_LAYOUT = "log"  # how state tables keep their rows (progress.StepRecord.state_layout)
 # A state table is compacted after this many appends at the latest (compact_state_tables).
 COMPACT_AFTER_STEPS = 100
-
-
-def last_step(ctx: StepContext) -> Optional[StepRecord]:
-    """The model's last step record; None on a first or full-refresh run.
-
-    Raises:
-        StepError: the model's table exists but was not built by incremental_view.
-    """
-    model = ctx.model
-    ctx.target_version = None
-    if model.full_refresh or not target_exists(ctx):
-        return None
-    previous = read_last_record(ctx)
-    if previous is None:
-        raise StepError(
-            f"Model {model.name}: the table {model.target_name} exists but was not built "
-            "by incremental_view (no step record in its Delta history). Run `dbt run "
-            f"--full-refresh --select {model.name}` to rebuild it as an incremental view."
-        )
-    return previous
 
 
 def prepare_target(
@@ -109,39 +87,6 @@ def prepare_target(
             idempotent=False,
         )
     return record
-
-
-def read_last_record(ctx: StepContext) -> Optional[StepRecord]:
-    """The model's last step record, reading only as much history as needed.
-
-    Also notes the model table's current version in `ctx.target_version`.
-    """
-    with ctx.role("the model's last step record"):
-        record, commits = newest_record(ctx, ctx.model.target_name)
-    ctx.target_version = commits[0].version if commits else None
-    return record
-
-
-def newest_record(ctx: StepContext, table: str) -> Tuple[Optional[StepRecord], List[Commit]]:
-    """The newest step record in a table's history, and the commits read, newest first.
-
-    Usually the newest commit holds it; after commits by others (OPTIMIZE, a user's ALTER)
-    older ones are read, a page at a time.
-    """
-    commits: List[Commit] = []
-    for limit in (1, HISTORY_PAGE, None):
-        if limit is None:
-            limit = commits[0].version + 1 if commits else 1
-        commits = ctx.delta_log.recent_commits(table, limit)
-        record = last_record(commit.as_history_row() for commit in commits)
-        if record is not None or len(commits) < limit:
-            return record, commits
-    return None, commits
-
-
-def target_exists(ctx: StepContext) -> bool:
-    """Asked of the catalog: a failing DESCRIBE would log a stack trace on the console."""
-    return ctx.delta_log.exists(ctx.model.target_name)
 
 
 def create_event_time_tables(
@@ -265,70 +210,3 @@ def compact_state_tables(
             )
         written = ctx.delta_log.recent_commits(table, 1)[0]
         record.state_log[name] = [int(written.metrics.get("numOutputRows", 0)), 0, 0]
-
-
-def unfinished_side_writes(ctx: StepContext, last: StepRecord) -> List[str]:
-    """The side tables `last` names (progress.StepRecord.side_writes) that lack its write."""
-    missing = []
-    for suffix in last.side_writes:
-        with ctx.role(f"did step {last.step} write {ctx.model.table(suffix)}?"):
-            written, _ = newest_record(ctx, ctx.model.table_name(suffix))
-        if written is None or written.incarnation != last.incarnation or written.step < last.step:
-            missing.append(suffix)
-    return missing
-
-
-def record_before(ctx: StepContext, last: StepRecord) -> Tuple[StepRecord, int]:
-    """The record of the step before `last`, and the version of the model's commit of `last`.
-
-    Raises:
-        StepError: the model's history no longer holds it (a VACUUM of its log).
-    """
-    commits = ctx.delta_log.recent_commits(ctx.model.target_name, HISTORY_PAGE)
-    found: Optional[int] = None
-    for commit in commits:
-        record = StepRecord.from_json(commit.user_metadata)
-        if record is None or record.incarnation != last.incarnation:
-            continue
-        if record.step == last.step:
-            found = commit.version
-        elif record.step == last.step - 1 and found is not None:
-            return record, found
-    raise StepError(
-        f"Model {ctx.model.name}: step {last.step} was interrupted after its commit, and the "
-        f"record of step {last.step - 1} it needs to finish is no longer in the model's recent "
-        f"history. Run `dbt run --full-refresh --select {ctx.model.name}` to rebuild it."
-    )
-
-
-def with_record(
-    ctx: StepContext,
-    record: StepRecord,
-    write: Callable[[], Any],
-    idempotent: bool,
-    table: str = "",
-) -> None:
-    """Run writing statements whose Delta commits carry the step record.
-
-    `idempotent`: also Delta's txnAppId/txnVersion, so that a second commit of the same step
-    (a re-run after a crash, another process) is skipped by Delta itself; `table` (a side
-    table's suffix) makes the id that table's own, so each table takes the step once.
-    """
-    settings = [(USER_METADATA, record.to_json())]
-    if idempotent:
-        app = f"streamsql:{ctx.model.target_name}:{record.incarnation}{table and ':' + table}"
-        settings += [(TXN_APP_ID, app), (TXN_VERSION, str(record.step))]
-    with_settings(ctx, settings, write)
-
-
-def with_settings(
-    ctx: StepContext, settings: Sequence[Tuple[str, str]], run: Callable[[], Any]
-) -> None:
-    """Run with session settings that are reset afterwards, whatever happens."""
-    for key, value in settings:
-        ctx.session.run(sql.set_conf(key, value))
-    try:
-        run()
-    finally:
-        for key, _ in settings:
-            ctx.session.run(sql.reset_conf(key))

@@ -95,7 +95,7 @@ class Commit:
     user_metadata: Optional[str] = None
 
     def as_history_row(self) -> Dict[str, Any]:
-        """In the shape of a `DESCRIBE HISTORY` row (what `progress.last_record` reads)."""
+        """In the shape of a `DESCRIBE HISTORY` row (what `record.last_record` reads)."""
         return {
             "version": self.version,
             "operation": self.operation,

@@ -19,7 +19,7 @@ written before records listed them, the table's own (the Delta log reader's snap
 What the new column holds in the model's existing rows: NULL, which is what the query gives when
 the column is a new column of an input (`ALTER TABLE ... ADD COLUMNS` gives NULL to existing
 rows) read through `*`. When that cannot be shown from the inputs' commits, the step recomputes
-the model and applies the difference instead (recovery.py), which fills the column. A model
+the model and applies the difference instead (lost_history.py), which fills the column. A model
 whose state tables would need another layout (a `select distinct *`) can only be rebuilt by a
 full refresh, and the step says so.
 """
@@ -30,11 +30,12 @@ import json
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
-from dbt.adapters.streamsql.execution import statements as sql
-from dbt.adapters.streamsql.execution.context import StepContext, StepError
-from dbt.adapters.streamsql.execution.delta_log import Commit
-from dbt.adapters.streamsql.execution.inputs import InputState
-from dbt.adapters.streamsql.execution.progress import StepRecord
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.delta_log import Commit
+from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
 
 COLUMN_MAPPING = "delta.columnMapping.mode"
@@ -183,7 +184,7 @@ def apply(ctx: StepContext, change: Optional[SchemaChange], plan: StepPlan) -> N
 def check_state_layout(ctx: StepContext, change: SchemaChange, plan: StepPlan) -> None:
     """A plan whose state tables need other columns than they have (say, `distinct *` over an
     input that gained a column: one more group column) cannot be stepped any more."""
-    from dbt.adapters.streamsql.execution.bookkeeping import state_aggregates
+    from dbt.adapters.streamsql.execution.commit.tables import state_aggregates
 
     for name, aggregate in state_aggregates(plan):
         table = ctx.model.table_name(f"__streamsql_{name}")

@@ -1,0 +1,13 @@
+"""A step's errors: the one users see (`StepError`) and the test-only injected fault."""
+
+from __future__ import annotations
+
+FAULT_INJECTION_ENV = "STREAMSQL_TEST_FAIL_AT"
+
+
+class StepError(Exception):
+    """A step cannot run; the message names the model and says what to do."""
+
+
+class InjectedFault(Exception):
+    """Raised at a named point of a step when the test-only fault switch asks for it."""

@@ -1,0 +1,74 @@
+"""The model as a step sees it: its tables' names and the configs the step obeys.
+
+`impl.model_settings` builds it from dbt's relation and config (the configs are declared in
+configs.py); every room reads it, none changes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from dbt.adapters.streamsql.execution.engine import statements as sql
+
+
+@dataclass
+class ModelSettings:
+    """The model as a step sees it: its table's name and the configs the step obeys."""
+
+    name: str  # the model's name for messages
+    schema: str
+    identifier: str
+    full_refresh: bool = False
+    append_only: bool = False
+    partition_by: Sequence[str] = ()
+    cluster_by: Sequence[str] = ()
+    tblproperties: Mapping[str, str] = field(default_factory=dict)
+    location: Optional[str] = None
+    lateness: Mapping[str, Any] = field(default_factory=dict)
+    max_future: Mapping[str, Any] = field(default_factory=dict)
+    watermark: Mapping[str, Any] = field(default_factory=dict)
+    # an aggregate holds only final groups, each inserted once (emit_final.py)
+    emit_final: bool = False
+    # dbt's on_schema_change (schema.py) and unique_key (keys.py)
+    on_schema_change: str = "ignore"
+    unique_key: Sequence[str] = ()
+    # "auto": the planner's plan, and for a plan without state, a recompute in a step whose
+    # change is as large as its inputs (pipeline/plan_choice.py); "incremental": never that;
+    # "recompute": always recompute and diff.
+    strategy: str = "auto"
+
+    def table(self, suffix: str = "") -> str:
+        """The quoted name of the model's table, or of one of its side tables."""
+        return f"{sql.quote(self.schema)}.{sql.quote(self.identifier + suffix)}"
+
+    def table_name(self, suffix: str = "") -> str:
+        """The unquoted name of the model's table, or of one of its side tables."""
+        return f"{self.schema}.{self.identifier + suffix}"
+
+    @property
+    def target(self) -> str:
+        return self.table()
+
+    @property
+    def target_name(self) -> str:  # unquoted, for table_changes() and idempotency keys
+        return self.table_name()
+
+    @property
+    def state_table(self) -> str:  # internal: per-group partial aggregates
+        return self.table("__streamsql_state")
+
+    @property
+    def late_table(self) -> str:
+        return self.table("__late")
+
+    @property
+    def waterline_table(self) -> str:
+        return self.table("__waterline")
+
+    @property
+    def pending_table(self) -> str:
+        return self.table("__pending")
+
+    def stage_table(self, stage: str) -> str:  # internal: a stage's per-group partial aggregates
+        return self.table(f"__streamsql_{stage}")

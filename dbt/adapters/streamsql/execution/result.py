@@ -1,0 +1,44 @@
+"""What one step did: the step log line and the numbers of run_results.json's adapter response."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+
+@dataclass
+class StepResult:
+    """What one step did: the step log line and run_results.json's adapter response."""
+
+    model: str
+    step: int
+    plan: str
+    reason: str
+    changes_read: int = 0
+    inserted: int = 0
+    deleted: int = 0
+    late: int = 0
+    held: int = 0
+    waterline: Dict[str, Optional[str]] = field(default_factory=dict)
+    seconds: float = 0.0
+    skipped: bool = False  # nothing changed in the inputs since the last step
+    # What the step line adds: a recovery, a retention warning, an ignored column.
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def applied(self) -> int:
+        return self.inserted + self.deleted
+
+    def log_line(self) -> str:
+        if self.skipped:
+            return (
+                f"{self.model}: step {self.step}: inputs unchanged, nothing to do "
+                f"({self.seconds:.1f} s)"
+            )
+        waterline = ", ".join(f"{k}={v}" for k, v in self.waterline.items()) or "none"
+        return (
+            f"{self.model}: step {self.step}: read {self.changes_read} changes, applied "
+            f"{self.applied} (+{self.inserted} -{self.deleted}), late {self.late}, held "
+            f"{self.held}, waterline {waterline}; {self.plan} ({self.reason}); "
+            f"{self.seconds:.1f} s" + "".join(f"; {note}" for note in self.notes)
+        )
