@@ -1,0 +1,135 @@
+"""The shape of dbt/: no import cycle between the package's modules, no module over 600 lines.
+
+Imports are read from the source (ast), every one of them: at module level, inside functions and
+under `if TYPE_CHECKING:`, because a cycle hidden in a function is still a cycle in the design.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "dbt" / "adapters" / "streamsql"
+PREFIX = "dbt.adapters.streamsql"
+MAX_LINES = 600
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def package_modules() -> Dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_modules(source: str, name: str, is_package: bool, known: Set[str]) -> Set[str]:
+    """The package's modules that module `name` imports, wherever in its source the import is."""
+    found: Set[str] = set()
+
+    def add(candidate: str) -> None:
+        # `from a.b import c` may import module a.b.c or name c of a.b: take the longest module
+        while candidate and candidate not in known:
+            candidate = candidate.rpartition(".")[0]
+        if candidate.startswith(PREFIX) and candidate != name:
+            found.add(candidate)
+
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name if is_package else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                add(f"{base}.{alias.name}")
+    # a module's own parent packages are imported by Python anyway, and say nothing of the design
+    return {m for m in found if not name.startswith(m + ".")}
+
+
+def import_cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    cycles: List[List[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_reader_sees_every_import():
+    known = {f"{PREFIX}.a", f"{PREFIX}.a.b", f"{PREFIX}.c", f"{PREFIX}.d", f"{PREFIX}.e"}
+    source = """
+from typing import TYPE_CHECKING
+from dbt.adapters.streamsql.a import b
+from . import c
+if TYPE_CHECKING:
+    from .d import Thing
+def late():
+    import dbt.adapters.streamsql.e
+    from dbt.artifacts.resources import ModelConfig
+"""
+    found = imported_modules(source, f"{PREFIX}.x", False, known)
+    assert found == {f"{PREFIX}.a.b", f"{PREFIX}.c", f"{PREFIX}.d", f"{PREFIX}.e"}
+
+
+def module_graph() -> Dict[str, Set[str]]:
+    modules = package_modules()
+    return {
+        name: imported_modules(path.read_text(), name, path.name == "__init__.py", set(modules))
+        for name, path in modules.items()
+    }
+
+
+def test_no_import_cycle_in_the_package():
+    cycles = import_cycles(module_graph())
+    assert not cycles, "modules that import each other (directly or around a loop):\n" + "\n".join(
+        "  " + " <-> ".join(c) for c in cycles
+    )
+
+
+@pytest.mark.parametrize("name", sorted(package_modules()))
+def test_no_module_is_over_600_lines(name):
+    lines = len(package_modules()[name].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines: split it by concern"
