@@ -264,18 +264,23 @@ def test_a_dbt_config_incremental_view_does_not_apply_is_named_when_set(key, val
 
 
 def test_on_schema_change_and_unique_key_are_read_and_checked():
-    assert configs.model_options("m", {}) == ("ignore", ())
-    assert configs.model_options(
-        "m", {"on_schema_change": "Append_New_Columns", "unique_key": "id"}
-    ) == ("append_new_columns", ("id",))
-    assert configs.model_options("m", {"unique_key": ["id", "day"]})[1] == ("id", "day")
+    def read(config):
+        model = configs.model_settings("m", "demo", config, full_refresh=False)
+        return model.on_schema_change, tuple(model.unique_key)
+
+    assert read({}) == ("ignore", ())
+    assert read({"on_schema_change": "Append_New_Columns", "unique_key": "id"}) == (
+        "append_new_columns",
+        ("id",),
+    )
+    assert read({"unique_key": ["id", "day"]})[1] == ("id", "day")
     with pytest.raises(
         StepError,
         match="on_schema_change = 'add'.*ignore, fail, append_new_columns, sync_all_columns",
     ):
-        configs.model_options("m", {"on_schema_change": "add"})
+        read({"on_schema_change": "add"})
     with pytest.raises(StepError, match="unique_key = 3 is not a column name"):
-        configs.model_options("m", {"unique_key": 3})
+        read({"unique_key": 3})
 
 
 # -- schema changes ---------------------------------------------------------------------------

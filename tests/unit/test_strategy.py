@@ -2,6 +2,7 @@
 
 import pytest
 
+from dbt.adapters.streamsql.execution import configs
 from dbt.adapters.streamsql.execution.pipeline.step import ModelSettings, StepError, run_step
 from tests.unit.fake_sql_session import FakeSqlSession
 
@@ -36,11 +37,10 @@ def test_strategy_recompute_recomputes_every_step_and_keeps_no_state():
 
 
 def test_an_unknown_strategy_names_the_choices():
-    settings = ModelSettings(name="m", schema="demo", identifier="m", strategy="fast")
     with pytest.raises(
         StepError, match="config strategy = 'fast' is not one of auto, incremental, recompute"
     ):
-        run_step(session_with_source(MIB), settings, LINEAR)
+        configs.model_settings("m", "demo", {"strategy": "fast"}, full_refresh=False)
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,9 @@ NESTED_TREE_TYPES = {"array", "map", "struct"}
 
 @dataclass
 class StreamSQLConfig(SparkConfig):
+    """The configs dbt learns of from the adapter (dbt-spark's, plus the ones declared in
+    execution/configs.py that dbt-spark does not have); a unit test checks the two agree."""
+
     file_format: str = DEFAULT_FILE_FORMAT
     lateness: Optional[Dict[str, str]] = None
     watermark: Optional[Dict[str, str]] = None
@@ -47,6 +50,7 @@ class StreamSQLConfig(SparkConfig):
     unique_key: Optional[Union[List[str], str]] = None
     liquid_clustered_by: Optional[Union[List[str], str]] = None
     tblproperties: Optional[Dict[str, str]] = None
+    strategy: Optional[str] = None
 
 
 @dataclass
@@ -67,39 +71,17 @@ class StepResponse(AdapterResponse):
     notes: Optional[List[str]] = None  # a recovery, a retention warning, an ignored column
 
 
-def _as_list(value: Any) -> List[str]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
-
-
 def model_settings(
     relation: BaseRelation, config: Dict[str, Any], full_refresh: bool
 ) -> ModelSettings:
-    """What a step needs to know of a model: its table and the configs it obeys.
+    """What a step needs to know of a model: its table and the configs it obeys, read as
+    configs.py declares them.
 
     Raises:
-        StepError: on_schema_change or unique_key has a value the step cannot obey.
+        StepError: a config has a value the step cannot obey.
     """
-    name = str(relation.identifier)
-    location_root = config.get("location_root")
-    on_schema_change, unique_key = configs.model_options(name, config)
-    return ModelSettings(
-        name=name,
-        schema=str(relation.schema),
-        identifier=name,
-        full_refresh=full_refresh,
-        append_only=bool(config.get("append_only")),
-        partition_by=_as_list(config.get("partition_by")),
-        cluster_by=_as_list(config.get("liquid_clustered_by")),
-        tblproperties=config.get("tblproperties") or {},
-        location=f"{location_root}/{name}" if location_root else None,
-        lateness=config.get("lateness") or {},
-        max_future=config.get("max_future") or {},
-        watermark=config.get("watermark") or {},
-        emit_final=bool(config.get("emit_final")),
-        on_schema_change=on_schema_change,
-        unique_key=unique_key,
+    return configs.model_settings(
+        str(relation.identifier), str(relation.schema), config, full_refresh
     )
 
 
@@ -260,6 +242,6 @@ class StreamSQLAdapter(SparkAdapter):
         """What the next step of `relation` would do, without taking it (`streamsql_explain`)."""
         from dbt.adapters.streamsql.execution.explain import explain_model
 
-        model = model_settings(relation, dict(config or {}), full_refresh=False)
         with errors_as_dbt_errors():
+            model = model_settings(relation, dict(config or {}), full_refresh=False)
             return explain_model(AdapterSqlSession(self), model, compiled_sql)

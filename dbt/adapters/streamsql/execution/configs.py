@@ -1,50 +1,210 @@
-"""The configs of an incremental_view model: which ones it obeys, and a warning for the rest.
+"""The configs of an incremental_view model, declared once: what each is, and how it is read.
 
-No config may be silently ignored. A step obeys the configs in `OBEYED` (docs/configuration.md);
-dbt itself handles `DBT_OWN` whatever the materialization. Any other key an incremental_view
-model carries is either a dbt or dbt-spark config this materialization does not apply
-(`NOT_APPLIED`, warned about when it is set to something other than its default) or a key
-nobody reads, most likely a misspelling (warned about, with the nearest known name).
+`MODEL_CONFIGS` declares every config a step obeys: its name, its type and default as the docs
+table shows them (docs/configuration.md's table is checked against it by a unit test), when a
+change to it takes effect, and for the configs the step reads itself, the `ModelSettings` field
+it sets and the function that parses and checks its value. `model_settings` builds the model as
+a step sees it from dbt's config with them; a value a step cannot obey fails the model before
+the step reads anything, with the model, the config and the fix named.
 
-`on_schema_change` and `unique_key` are read here too (`model_options`): a value outside dbt's
-four for `on_schema_change` fails the step before it reads anything.
+No config may be silently ignored. dbt itself handles `DBT_OWN` whatever the materialization.
+Any other key an incremental_view model carries is either a dbt or dbt-spark config this
+materialization does not apply (`NOT_APPLIED`, warned about when it is set to something other
+than its default) or a key nobody reads, most likely a misspelling (warned about, with the
+nearest known name).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.model import ModelSettings
+
+
+class ConfigError(StepError):
+    """A config value the step cannot obey; the message names the model, config and fix."""
+
 
 ON_SCHEMA_CHANGE = ("ignore", "fail", "append_new_columns", "sync_all_columns")
 # dbt's default for incremental models, and the value dbt gives the config when it is not set.
 DEFAULT_ON_SCHEMA_CHANGE = "ignore"
+STRATEGIES = ("auto", "incremental", "recompute")
 
-# What incremental_view does with a config, for the ones a step obeys.
-OBEYED = {
-    "materialized",
-    "lateness",
-    "max_future",
-    "watermark",
-    "emit_final",
-    "append_only",
-    "on_schema_change",
-    "unique_key",
-    "strategy",
-    "partition_by",
-    "liquid_clustered_by",
-    "tblproperties",
-    "location_root",
-    "file_format",
-    "full_refresh",
-    "persist_docs",
-    "pre-hook",
-    "post-hook",
-    "pre_hook",
-    "post_hook",
-}
+# When a change to a config takes effect (docs/configuration.md, "When a config change takes
+# effect").
+NEXT_STEP = "next step"
+TABLE_CREATED = "table created"  # on the first run and on `dbt run --full-refresh`
+TABLE_BUILT = "table built"  # only then: a change later fails the step
+SCHEMA_CHANGE = "schema change"  # at the next step whose query's columns differ
+DBT = "dbt"  # dbt applies it, as for any materialization
+
+
+def _as_is(model: str, name: str, value: Any) -> Any:
+    return value
+
+
+def _boolean(model: str, name: str, value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(
+        f"Model {model}: config {name} = {value!r} is not a boolean. Use true or false."
+    )
+
+
+def _names(model: str, name: str, value: Any) -> Tuple[str, ...]:
+    """A column name or a list of them."""
+    if value is None or value == [] or value == "":
+        return ()
+    if isinstance(value, str):
+        return (value.strip(),)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v.strip() for v in value):
+        return tuple(v.strip() for v in value)
+    raise ConfigError(
+        f"Model {model}: config {name} = {value!r} is not a column name or a list of "
+        f"column names. Name the model's output columns, e.g. {name}='id' or "
+        f"{name}=['id', 'day']."
+    )
+
+
+def _column_map(model: str, name: str, value: Any) -> Dict[str, Any]:
+    """A map of output column -> constant expression (lateness, max_future, watermark)."""
+    if value is None or value == {}:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"Model {model}: config {name} = {value!r} is not a map of the model's output "
+            f"columns to constant expressions. Write it as a map, e.g. "
+            f"{name}={{'ts': 'INTERVAL 1 HOUR'}}."
+        )
+    return dict(value)
+
+
+def _string_map(model: str, name: str, value: Any) -> Dict[str, str]:
+    if value is None or value == {}:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"Model {model}: config {name} = {value!r} is not a map of names to values. "
+            f"Write it as a map, e.g. {name}={{'delta.logRetentionDuration': 'interval 60 days'}}."
+        )
+    return dict(value)
+
+
+def _one_of(
+    choices: Sequence[str], default: str, whose: str = ""
+) -> Callable[[str, str, Any], str]:
+    def parse(model: str, name: str, value: Any) -> str:
+        chosen = default if value is None or value == "" else value
+        if not isinstance(chosen, str) or chosen.strip().lower() not in choices:
+            raise ConfigError(
+                f"Model {model}: config {name} = {chosen!r} is not one of "
+                f"{', '.join(choices)}{whose}. Use one of them; the default is {default!r}."
+            )
+        return chosen.strip().lower()
+
+    return parse
+
+
+def _location_root(model: str, name: str, value: Any) -> Optional[str]:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"Model {model}: config {name} = {value!r} is not a path. Use a directory URI, "
+            "e.g. s3a://lake/views."
+        )
+    return f"{value.rstrip('/')}/{model}"
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """One config an incremental_view model obeys."""
+
+    name: str
+    type: str  # as the docs table's `type` column shows it
+    default: str  # as the docs table's `default` column shows it ("" for none)
+    takes_effect: str  # NEXT_STEP, TABLE_CREATED, TABLE_BUILT, SCHEMA_CHANGE or DBT
+    # The `ModelSettings` field the config sets, and how its value is read and checked;
+    # None: dbt applies the config itself (hooks, docs, full_refresh).
+    field: Optional[str] = None
+    parse: Callable[[str, str, Any], Any] = _as_is
+
+
+LIST = "string or list of strings"
+COLUMN_MAP = "map: column -> constant expression"
+
+# Every config incremental_view obeys, in the order of the docs table.
+MODEL_CONFIGS: Tuple[ConfigSpec, ...] = (
+    ConfigSpec("materialized", "string", "", DBT),
+    ConfigSpec("lateness", COLUMN_MAP, "none", NEXT_STEP, "lateness", _column_map),
+    ConfigSpec("max_future", COLUMN_MAP, "none", NEXT_STEP, "max_future", _column_map),
+    ConfigSpec("watermark", COLUMN_MAP, "none", NEXT_STEP, "watermark", _column_map),
+    ConfigSpec("emit_final", "boolean", "`false`", TABLE_BUILT, "emit_final", _boolean),
+    ConfigSpec(
+        "strategy",
+        ", ".join(f"`{s}`" for s in STRATEGIES),
+        "`auto`",
+        NEXT_STEP,
+        "strategy",
+        _one_of(STRATEGIES, "auto"),
+    ),
+    ConfigSpec("append_only", "boolean", "`false`", NEXT_STEP, "append_only", _boolean),
+    ConfigSpec("partition_by", LIST, "none", TABLE_CREATED, "partition_by", _names),
+    ConfigSpec("liquid_clustered_by", LIST, "none", TABLE_CREATED, "cluster_by", _names),
+    ConfigSpec(
+        "tblproperties",
+        "map: string -> string",
+        "none",
+        TABLE_CREATED,
+        "tblproperties",
+        _string_map,
+    ),
+    ConfigSpec("location_root", "string", "none", TABLE_CREATED, "location", _location_root),
+    ConfigSpec(
+        "on_schema_change",
+        ", ".join(f"`{s}`" for s in ON_SCHEMA_CHANGE),
+        f"`{DEFAULT_ON_SCHEMA_CHANGE}`",
+        SCHEMA_CHANGE,
+        "on_schema_change",
+        _one_of(ON_SCHEMA_CHANGE, DEFAULT_ON_SCHEMA_CHANGE, " (dbt's values)"),
+    ),
+    ConfigSpec("unique_key", LIST, "none", NEXT_STEP, "unique_key", _names),
+    ConfigSpec("full_refresh", "boolean", "none", DBT),
+    ConfigSpec("pre_hook", "SQL", "none", DBT),
+    ConfigSpec("post_hook", "SQL", "none", DBT),
+    ConfigSpec("persist_docs", "map", "none", DBT),
+)
+CONFIGS_BY_NAME = {spec.name: spec for spec in MODEL_CONFIGS}
+
+# The configs a step obeys, with the spellings dbt also accepts for the hooks.
+OBEYED = set(CONFIGS_BY_NAME) | {"pre-hook", "post-hook", "file_format"}
+
+
+def model_settings(
+    name: str, schema: str, config: Mapping[str, Any], full_refresh: bool
+) -> ModelSettings:
+    """The model `schema.name` as a step sees it: its table and the configs it obeys.
+
+    Raises:
+        ConfigError: a config has a value the step cannot obey.
+    """
+    fields = {
+        spec.field: spec.parse(name, spec.name, config.get(spec.name))
+        for spec in MODEL_CONFIGS
+        if spec.field is not None
+    }
+    return ModelSettings(
+        name=name, schema=schema, identifier=name, full_refresh=full_refresh, **fields
+    )
+
 
 # dbt's own configs: dbt handles them for every materialization (selection, naming, docs,
 # grouping, metadata, quoting), or another node reads them (event_time for microbatch models).
@@ -93,10 +253,6 @@ NOT_APPLIED: Dict[str, Tuple[str, str]] = {
 NOT_APPLIED_DEFAULTS: Dict[str, Any] = {"lookback": 1, "on_configuration_change": "apply"}
 
 
-class ConfigError(StepError):
-    """A config value the step cannot obey; the message names the model, config and fix."""
-
-
 def dbt_own_configs() -> set:
     """The config names dbt's model config declares (and their aliases such as `post-hook`)."""
     try:
@@ -115,12 +271,16 @@ def dbt_own_configs() -> set:
 
 
 def adapter_configs() -> set:
-    """The configs dbt-spark and this adapter declare (`StreamSQLConfig`)."""
-    from dbt.adapters.streamsql.impl import StreamSQLConfig
+    """The configs dbt-spark declares (`SparkConfig`) and the ones declared here.
 
-    return {
-        spec.name for spec in dataclasses.fields(StreamSQLConfig) if not spec.name.startswith("_")
-    }
+    The adapter's `StreamSQLConfig` (impl.py) adds no others: a unit test checks it."""
+    try:
+        from dbt.adapters.spark.impl import SparkConfig
+    except ImportError:  # dbt-spark is not importable: its configs as of 1.11
+        spark = {"file_format", "location_root", "partition_by", "clustered_by", "buckets"}
+        return spark | {"options", "merge_update_columns"} | set(CONFIGS_BY_NAME)
+    names = {spec.name for spec in dataclasses.fields(SparkConfig)}
+    return {n for n in names if not n.startswith("_")} | set(CONFIGS_BY_NAME)
 
 
 def is_set(name: str, value: Any) -> bool:
@@ -173,33 +333,3 @@ def config_warnings(model: str, config: Mapping[str, Any], known: Sequence[str] 
                 f"and nothing reads it.{hint} (Keys of your own belong under `meta`.)"
             )
     return warnings
-
-
-def model_options(model: str, config: Mapping[str, Any]) -> Tuple[str, Tuple[str, ...]]:
-    """(on_schema_change, unique_key columns) of a model's config.
-
-    Raises:
-        ConfigError: on_schema_change is not one of dbt's four values, or unique_key is not a
-            column name or a list of them.
-    """
-    mode = config.get("on_schema_change") or DEFAULT_ON_SCHEMA_CHANGE
-    if not isinstance(mode, str) or mode.strip().lower() not in ON_SCHEMA_CHANGE:
-        raise ConfigError(
-            f"Model {model}: config on_schema_change = {mode!r} is not one of "
-            f"{', '.join(ON_SCHEMA_CHANGE)} (dbt's values). Use one of them; the default is "
-            f"{DEFAULT_ON_SCHEMA_CHANGE!r}."
-        )
-    key = config.get("unique_key")
-    if key is None or key == [] or key == "":
-        columns: Tuple[str, ...] = ()
-    elif isinstance(key, str):
-        columns = (key.strip(),)
-    elif isinstance(key, (list, tuple)) and all(isinstance(k, str) and k.strip() for k in key):
-        columns = tuple(k.strip() for k in key)
-    else:
-        raise ConfigError(
-            f"Model {model}: config unique_key = {key!r} is not a column name or a list of "
-            "column names. Name the model's output columns that identify a row, e.g. "
-            "unique_key='id' or unique_key=['id', 'day']."
-        )
-    return mode.strip().lower(), columns

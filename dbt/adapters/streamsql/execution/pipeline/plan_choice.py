@@ -16,13 +16,11 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
 from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
 from dbt.adapters.streamsql.planning.planner import recompute_plan
 
-STRATEGIES = ("auto", "incremental", "recompute")
 # Under `auto`, a stateless step recomputes when its inputs' change is at least this share of
 # their size (bytes of data files added and removed, against the inputs' bytes), and they hold
 # at least MIN_INPUT_BYTES (below that a step's cost is its fixed cost, whichever way).
@@ -38,13 +36,7 @@ def planned(
     output_columns: Sequence[Column],
 ) -> StepPlan:
     """The model's plan as its `strategy` config has it."""
-    strategy = ctx.model.strategy
-    if strategy not in STRATEGIES:
-        raise StepError(
-            f"Model {ctx.model.name}: config strategy = {strategy!r} is not one of "
-            f"{', '.join(STRATEGIES)}. Use `auto` (the default), `incremental` or `recompute`."
-        )
-    if strategy != "recompute" or plan.strategy == "recompute":
+    if ctx.model.strategy != "recompute" or plan.strategy == "recompute":
         return plan
     return recompute_plan(
         compiled_sql,

@@ -1,0 +1,143 @@
+"""The config declaration (execution/configs.py): every config reaches the step as declared, and
+docs/configuration.md's tables say what the declaration says."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from dbt.adapters.streamsql.execution import configs
+from dbt.adapters.streamsql.execution.configs import MODEL_CONFIGS, ConfigError
+from dbt.adapters.streamsql.execution.model import ModelSettings
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+# A value of its own (not the default) for every config the step reads itself.
+SET_VALUES = {
+    "lateness": {"ts": "INTERVAL 1 HOUR"},
+    "max_future": {"ts": "INTERVAL 1 DAY"},
+    "watermark": {"ts": "INTERVAL 10 MINUTES"},
+    "emit_final": True,
+    "strategy": "recompute",
+    "append_only": True,
+    "partition_by": "day",
+    "liquid_clustered_by": ["room", "day"],
+    "tblproperties": {"delta.logRetentionDuration": "interval 60 days"},
+    "location_root": "s3a://lake/views/",
+    "on_schema_change": "append_new_columns",
+    "unique_key": ["id", "day"],
+}
+
+
+def docs_table(heading_row: str) -> List[List[str]]:
+    """The rows of the docs table whose header row starts with `heading_row`."""
+    lines = DOCS.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading_row))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def names_in(cell: str) -> List[str]:
+    return re.findall(r"`([a-z_]+)`", cell)
+
+
+def test_every_config_the_step_reads_reaches_the_model_settings():
+    read = [spec for spec in MODEL_CONFIGS if spec.field is not None]
+    assert {spec.name for spec in read} == set(SET_VALUES)
+    default = configs.model_settings("m", "demo", {}, full_refresh=False)
+    model = configs.model_settings("m", "demo", SET_VALUES, full_refresh=False)
+    for spec in read:
+        assert getattr(model, spec.field) != getattr(default, spec.field), spec.name
+    assert model.strategy == "recompute" and default.strategy == "auto"
+    assert model.location == "s3a://lake/views/m"
+    assert tuple(model.partition_by) == ("day",)
+    assert tuple(model.cluster_by) == ("room", "day")
+
+
+def test_the_defaults_are_the_model_settings_defaults():
+    default = configs.model_settings("m", "demo", {}, full_refresh=False)
+    bare = ModelSettings(name="m", schema="demo", identifier="m")
+
+    def plain(value):
+        return list(value) if isinstance(value, (list, tuple)) else value
+
+    for spec in MODEL_CONFIGS:
+        if spec.field is not None:
+            got, want = getattr(default, spec.field), getattr(bare, spec.field)
+            assert plain(got) == plain(want), spec.name
+
+
+def test_the_adapter_hands_every_config_to_the_step():
+    """`impl.model_settings`, what the materialization calls, reads the same declaration (the
+    `strategy` config once never reached the step: it was listed, documented and dropped)."""
+    from dbt.adapters.streamsql.impl import StreamSQLAdapter, model_settings
+
+    relation = StreamSQLAdapter.Relation.create(schema="demo", identifier="m", type="table")
+    model = model_settings(relation, dict(SET_VALUES), full_refresh=True)
+    assert model == configs.model_settings("m", "demo", SET_VALUES, full_refresh=True)
+    assert model.strategy == "recompute"
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("lateness", "INTERVAL 1 HOUR", "is not a map of the model's output columns"),
+        ("emit_final", "yes", "is not a boolean"),
+        ("strategy", "fast", "is not one of auto, incremental, recompute"),
+        ("partition_by", [1], "is not a column name or a list of column names"),
+        ("tblproperties", ["a"], "is not a map of names to values"),
+        ("location_root", 3, "is not a path"),
+    ],
+)
+def test_a_value_the_step_cannot_obey_names_the_model_and_the_config(name, value, message):
+    with pytest.raises(ConfigError, match=rf"Model m: config {name} = .*{message}"):
+        configs.model_settings("m", "demo", {name: value}, full_refresh=False)
+
+
+def test_the_adapter_declares_to_dbt_every_config_it_obeys():
+    from dbt.adapters.spark.impl import SparkConfig
+
+    from dbt.adapters.streamsql.impl import StreamSQLConfig
+
+    declared = {spec.name for spec in dataclasses.fields(StreamSQLConfig)}
+    spark = {spec.name for spec in dataclasses.fields(SparkConfig)}
+    dbt_own = configs.dbt_own_configs()
+    for spec in MODEL_CONFIGS:
+        assert spec.name in declared | dbt_own, f"{spec.name}: add it to StreamSQLConfig"
+    assert declared - spark <= set(configs.CONFIGS_BY_NAME), "declare it in configs.py"
+
+
+def test_the_docs_config_table_is_the_declaration():
+    rows = docs_table("| config | type | default |")
+    documented: Dict[str, List[str]] = {}
+    for row in rows:
+        for name in names_in(row[0]):
+            documented[name] = row
+    assert list(documented) == [spec.name for spec in MODEL_CONFIGS]
+    for spec in MODEL_CONFIGS:
+        _, type_, default, *_ = documented[spec.name]
+        assert (type_, default) == (spec.type, spec.default), spec.name
+
+
+def test_the_docs_say_when_each_config_takes_effect_as_declared():
+    said = {
+        configs.NEXT_STEP: "At the next step",
+        configs.TABLE_CREATED: "Only when the model's table is created",
+        configs.TABLE_BUILT: "Only when the model's table is built",
+        configs.SCHEMA_CHANGE: "At the next step whose query's columns differ",
+    }
+    rows = docs_table("| config | takes effect |")
+    found = {name: row[1] for row in rows for name in names_in(row[0])}
+    for spec in MODEL_CONFIGS:
+        if spec.takes_effect == configs.DBT:
+            assert spec.name not in found, spec.name
+        else:
+            assert found[spec.name].startswith(said[spec.takes_effect]), spec.name
