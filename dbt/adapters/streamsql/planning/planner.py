@@ -25,7 +25,7 @@ from dbt.adapters.streamsql.planning.aggregate import AggregatePlanner, is_aggre
 from dbt.adapters.streamsql.planning.binding import bind_tree, bound_input, parse_query
 from dbt.adapters.streamsql.planning.constructs import drop_ordering, nonlinear_construct
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
-from dbt.adapters.streamsql.planning.linear import NEW, DeltaBuilder, at_version
+from dbt.adapters.streamsql.planning.linear import DeltaBuilder
 from dbt.adapters.streamsql.planning.plan import (
     DIALECT,
     FAST_PATH,
@@ -37,6 +37,7 @@ from dbt.adapters.streamsql.planning.plan import (
 from dbt.adapters.streamsql.planning.recompute import recompute_change_sql
 from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages
 from dbt.adapters.streamsql.planning.subqueries import rewrite as rewrite_subqueries
+from dbt.adapters.streamsql.planning.terms import NEW, at_version
 from dbt.adapters.streamsql.planning.types import TypeOracle
 from dbt.adapters.streamsql.planning.windows import add_tie_breakers, eliminate_qualify
 
