@@ -6,7 +6,6 @@ from typing import Optional
 
 import pytest
 
-from dbt.adapters.streamsql.execution.commit.protocol import merge_key
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.event_time.lateness import LatenessRule
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
@@ -23,6 +22,7 @@ from dbt.adapters.streamsql.execution.explain import (
     top_reason,
 )
 from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.pipeline.keys import merge_key
 from dbt.adapters.streamsql.planning.plan import Column, InputTable, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step
 

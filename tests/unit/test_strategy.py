@@ -3,6 +3,7 @@
 import pytest
 
 from dbt.adapters.streamsql.execution import configs
+from dbt.adapters.streamsql.execution.explain import explain_model
 from dbt.adapters.streamsql.execution.pipeline.step import ModelSettings, StepError, run_step
 from tests.unit.fake_sql_session import FakeSqlSession
 
@@ -80,3 +81,16 @@ def test_a_plan_with_state_keeps_its_plan_whatever_the_change():
     session.append_to("demo.src", size_bytes=500 * MIB)
     result = run_step(session, settings, AGGREGATE)
     assert result.plan == "aggregate" and not result.notes
+
+
+def test_explain_shows_the_plan_and_key_a_step_runs_with():
+    """streamsql_explain decides the plan where the step does (plan_choice.model_plan): it
+    once showed the planner's plan whatever `strategy` said, and ignored unique_key."""
+    recompute = configs.model_settings("m", "demo", {"strategy": "recompute"}, False)
+    text = explain_model(session_with_source(MIB), recompute, AGGREGATE)
+    assert "Plan: recompute" in text
+    assert "strategy: recompute (the model's config)" in text
+    assert "remove the config strategy: recompute" in text
+    keyed = configs.model_settings("m", "demo", {"unique_key": "id"}, False)
+    text = " ".join(explain_model(session_with_source(MIB), keyed, LINEAR).split())
+    assert "Merge key: (id), the model's unique_key: a row whose key stays is updated" in text

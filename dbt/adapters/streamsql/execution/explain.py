@@ -15,18 +15,16 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit import history
-from dbt.adapters.streamsql.execution.commit.protocol import merge_key
 from dbt.adapters.streamsql.execution.commit.record import StepRecord, sql_fingerprint
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.event_time.emit_final import final_columns, plan_name
-from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, event_time_rules
+from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
 from dbt.adapters.streamsql.execution.model import ModelSettings
-from dbt.adapters.streamsql.execution.pipeline import inputs
+from dbt.adapters.streamsql.execution.pipeline import inputs, plan_choice
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import FAST_PATH, StagePlan, StepPlan
-from dbt.adapters.streamsql.planning.planner import plan_step
 
 RECOMPUTE = "recompute: "
 WIDTH = 100  # the text's lines are wrapped at this many characters
@@ -48,7 +46,7 @@ class Explanation:
     model: ModelSettings
     plan: StepPlan
     rules: EventTimeRules
-    key: Optional[Sequence[str]]  # commit.merge_key
+    key: Optional[Sequence[str]]  # plan_choice.ModelPlan.key
     inputs: List[InputReading]
     fingerprint: str  # of the SQL explained
     last: Optional[StepRecord] = None  # the model's last step record; None: not run yet
@@ -57,6 +55,7 @@ class Explanation:
     problem: Optional[str] = None
     held: Optional[int] = None  # copies WATERMARK holds now (None: no watermark or no table)
     notes: List[str] = field(default_factory=list)
+    unique: bool = False  # `key` is the model's unique_key
 
 
 def explain_model(session: SqlSession, model: ModelSettings, compiled_sql: str) -> str:
@@ -79,19 +78,17 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
     """What a step would find before it writes anything, asked the way a step asks it."""
     model = ctx.model
     read = inputs.describe_inputs(ctx, compiled_sql)
-    output_columns = inputs.describe_query(ctx.session, compiled_sql)
-    plan = plan_step(
-        compiled_sql, [i.table for i in read], output_columns, inputs.describer(ctx.session, read)
-    )
-    rules = event_time_rules(ctx, output_columns)
+    decided = plan_choice.model_plan(ctx, compiled_sql, read)  # as the step decides it
+    plan, rules = decided.plan, decided.rules
     fingerprint = sql_fingerprint(compiled_sql)
     found = Explanation(
         model,
         plan,
         rules,
-        merge_key(plan, rules.columns),
+        decided.key,
         [InputReading(i.table.name, i.version) for i in read],
         fingerprint,
+        unique=decided.unique,
     )
     try:
         final_columns(model, plan, rules.lateness, rules.watermark)
@@ -137,7 +134,9 @@ def format_explanation(found: Explanation) -> str:
     lines += plan_text
     lines += ["", "Tables:"]
     lines += aligned(table_rows(model, plan, found.rules))
-    lines += [""] + wrapped(f"Merge key: {merge_key_text(plan, found.rules, found.key)}", "")
+    lines += [""] + wrapped(
+        f"Merge key: {merge_key_text(plan, found.rules, found.key, found.unique)}", ""
+    )
     lines += ["", "LATENESS:"] + lateness_lines(found)
     lines += ["", "WATERMARK:"] + watermark_lines(found)
     lines += ["", "Inputs (version read up to):"]
@@ -240,6 +239,11 @@ def avoid_partial_recompute(note: str) -> str:
 
 # (pattern in the recompute reason, how to stay on a fast path), first match wins
 RECOMPUTE_ADVICE: Tuple[Tuple[str, str], ...] = (
+    (
+        r"^strategy: recompute",
+        "remove the config strategy: recompute (or set it to auto): the planner's plan is then "
+        "used",
+    ),
     (
         r"without partition by",
         "partition the window (PARTITION BY) and filter its rank by a constant (= c, <= c, < c) "
@@ -361,11 +365,18 @@ def table_rows(
     return rows
 
 
-def merge_key_text(plan: StepPlan, rules: EventTimeRules, key: Optional[Sequence[str]]) -> str:
+def merge_key_text(
+    plan: StepPlan, rules: EventTimeRules, key: Optional[Sequence[str]], unique: bool = False
+) -> str:
     whole = (
         "a step that only adds rows appends them (INSERT); one that removes rows MERGEs "
         "the change matching whole rows"
     )
+    if unique and key:
+        return (
+            f"({', '.join(key)}), the model's unique_key: a row whose key stays is updated in "
+            "place (MERGE by key), and every step checks that the key stays unique"
+        )
     if key is not None:
         if not key:
             return "the one row of a global aggregate, updated in place (MERGE)"

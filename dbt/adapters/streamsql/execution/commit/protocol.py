@@ -46,7 +46,7 @@ from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.pipeline.aggregate_state import group_columns
 from dbt.adapters.streamsql.execution.pipeline.bounds import key_ranges
 from dbt.adapters.streamsql.execution.result import StepResult
-from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
+from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
 # Rows per file of a first step's sorted bulk write: small enough files that a later step's key
@@ -61,23 +61,6 @@ BULK_FILE_ROWS = 250_000
 # runs, which Delta refuses (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION) unless it copied the
 # source first.
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
-
-
-def merge_key(
-    plan: StepPlan, lateness_and_watermark_columns: Sequence[str]
-) -> Optional[Sequence[str]]:
-    """The model's key when a change may be applied by key: an aggregate naming its groups.
-
-    Only when every LATENESS and WATERMARK column is part of the key: otherwise a group's old
-    row may be late (not deleted) while its new row is on time (inserted), and the model
-    then rightly holds both.
-    """
-    if plan.aggregate is None or plan.aggregate.key_columns is None:
-        return None
-    key = {name.lower() for name in plan.aggregate.key_columns}
-    if any(name.lower() not in key for name in lateness_and_watermark_columns):
-        return None
-    return plan.aggregate.key_columns
 
 
 def commit_step(
@@ -95,7 +78,7 @@ def commit_step(
 
     `change`: the change to apply to the model, netted unless it only appends (then its rows
     are counted by its commit). `key`: columns the model holds at most one row per
-    (`merge_key`).
+    (`keys.merge_key`).
     """
     ranges: List[str] = []
     if not change.appends:

@@ -19,7 +19,7 @@ from dbt.adapters.streamsql.execution.commit.writes import ModelChange
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.errors import StepError
-from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
+from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
 
 
 def key_columns(
@@ -52,6 +52,23 @@ def key_columns(
             "remove unique_key."
         )
     return key
+
+
+def merge_key(
+    plan: StepPlan, lateness_and_watermark_columns: Sequence[str]
+) -> Optional[Sequence[str]]:
+    """The model's key when a change may be applied by key: an aggregate naming its groups.
+
+    Only when every LATENESS and WATERMARK column is part of the key: otherwise a group's old
+    row may be late (not deleted) while its new row is on time (inserted), and the model
+    then rightly holds both.
+    """
+    if plan.aggregate is None or plan.aggregate.key_columns is None:
+        return None
+    key = {name.lower() for name in plan.aggregate.key_columns}
+    if any(name.lower() not in key for name in lateness_and_watermark_columns):
+        return None
+    return plan.aggregate.key_columns
 
 
 def check_unique(

@@ -1,4 +1,11 @@
-"""Which plan a step runs: the model's `strategy` config, and a step's choice to recompute.
+"""Which plan a step runs: the one place that decides it.
+
+`model_plan` decides what every step of the model runs, before a step reads any change: the
+planner's plan under the model's `strategy` config, the LATENESS and WATERMARK rules on the
+query's columns, and the key a change is merged by (`unique_key`, or an aggregate's groups).
+The step, the roll forward of a step a crash interrupted, and `streamsql_explain` all ask it.
+`chosen` and the recovery (lost_history.prepare) may then replace the plan for one step, from
+what that step's change turned out to be.
 
 The planner gives the model's plan. `strategy: recompute` replaces it by the recompute plan
 (the model's query over its inputs, diffed with its table) for every step; `strategy:
@@ -13,19 +20,62 @@ the two sizes it was made on, go into the step line.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, event_time_rules
+from dbt.adapters.streamsql.execution.pipeline import inputs, keys
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
 from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
-from dbt.adapters.streamsql.planning.planner import recompute_plan
+from dbt.adapters.streamsql.planning.planner import plan_step, recompute_plan
 
 # Under `auto`, a stateless step recomputes when its inputs' change is at least this share of
 # their size (bytes of data files added and removed, against the inputs' bytes), and they hold
 # at least MIN_INPUT_BYTES (below that a step's cost is its fixed cost, whichever way).
 RECOMPUTE_SHARE = 0.5
 MIN_INPUT_BYTES = 64 * 2**20
+
+
+@dataclass
+class ModelPlan:
+    """What every step of a model runs, as decided before a step reads a change."""
+
+    plan: StepPlan
+    output_columns: List[Column]  # the query's, as Spark describes them
+    rules: EventTimeRules  # LATENESS and WATERMARK on those columns
+    # The columns a change is merged by: unique_key, or an aggregate's groups (keys.merge_key);
+    # None: whole rows.
+    key: Optional[Sequence[str]]
+    unique: bool  # `key` is the model's unique_key, which every step checks
+
+
+def model_plan(ctx: StepContext, compiled_sql: str, read: Sequence[InputState]) -> ModelPlan:
+    """The model's plan for its query `compiled_sql` over the inputs `read`.
+
+    Raises:
+        StepError: a config the plan cannot obey (LATENESS, WATERMARK, unique_key).
+        PlanningError: the query cannot be planned.
+    """
+    with ctx.role("the columns of the model's query"):
+        output_columns = inputs.describe_query(ctx.session, compiled_sql)
+    plan = planned(
+        ctx,
+        plan_step(
+            compiled_sql,
+            [i.table for i in read],
+            output_columns,
+            inputs.describer(ctx.session, read),
+        ),
+        compiled_sql,
+        read,
+        output_columns,
+    )
+    rules = event_time_rules(ctx, output_columns)
+    unique_key = keys.key_columns(ctx, output_columns, rules.columns)
+    key = unique_key or keys.merge_key(plan, rules.columns)
+    return ModelPlan(plan, list(output_columns), rules, key, unique=bool(unique_key))
 
 
 def planned(

@@ -26,11 +26,7 @@ import time
 from typing import Callable, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit import history, tables
-from dbt.adapters.streamsql.execution.commit.protocol import (
-    commit_step,
-    merge_key,
-    write_side_tables,
-)
+from dbt.adapters.streamsql.execution.commit.protocol import commit_step, write_side_tables
 from dbt.adapters.streamsql.execution.commit.record import StepRecord, sql_fingerprint
 from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StepWrites
@@ -47,15 +43,13 @@ from dbt.adapters.streamsql.execution.event_time.rules import (
     event_time_rules,
 )
 from dbt.adapters.streamsql.execution.model import ModelSettings
-from dbt.adapters.streamsql.execution.pipeline import change, inputs, keys
-from dbt.adapters.streamsql.execution.pipeline import plan_choice as strategy
+from dbt.adapters.streamsql.execution.pipeline import change, inputs, keys, plan_choice
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
 from dbt.adapters.streamsql.execution.recovery import schema
 from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
-from dbt.adapters.streamsql.planning.planner import plan_step
 
 # How Delta says that another transaction's commit conflicts with this run's write; the last
 # two: another run's first step created the same table a moment before this one's (the step
@@ -147,25 +141,17 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
             skipped=True,
         )
 
-    # 2. the plan
-    with ctx.role("the columns of the model's query"):
-        output_columns = inputs.describe_query(ctx.session, compiled_sql)
-    plan = strategy.planned(
-        ctx,
-        plan_step(
-            compiled_sql,
-            [i.table for i in read],
-            output_columns,
-            inputs.describer(ctx.session, read),
-        ),
-        compiled_sql,
-        read,
-        output_columns,
+    # 2. the plan (which fails on a config it cannot obey before anything is written, as do a
+    # refused emit_final and schema change)
+    decided = plan_choice.model_plan(ctx, compiled_sql, read)
+    plan, output_columns, rules, key = (
+        decided.plan,
+        decided.output_columns,
+        decided.rules,
+        decided.key,
     )
-    rules = event_time_rules(ctx, output_columns)  # fails before anything is written
-    emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)  # so does this
-    schema.check(ctx, last, output_columns, read)  # so do a refused schema change and key
-    key = keys.key_columns(ctx, output_columns, rules.columns) or merge_key(plan, rules.columns)
+    emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)
+    schema.check(ctx, last, output_columns, read)
     previous = tables.prepare_target(ctx, plan, read, output_columns, fingerprint, rules, last)
     if (
         previous.step > 0
@@ -194,7 +180,7 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
 
     # 5. the commit
     columns = schema.written_columns(ctx, previous, plan.output_columns)
-    keys.check_unique(ctx, model_change, columns, ctx.model.unique_key and key, record.step)
+    keys.check_unique(ctx, model_change, columns, decided.unique and key, record.step)
     commit_step(
         ctx, model_change, columns, writes, previous, record, result, rules.lateness, key=key
     )
@@ -218,7 +204,7 @@ def compute_step(
     # an input that cannot be read from where the last step left it: a recompute (recovery.py)
     adjusted = recovery.prepare(ctx, plan, changes, previous, record, result)
     plan, changes = adjusted.plan, adjusted.changes
-    plan = strategy.chosen(ctx, plan, changes, result)  # or a recompute: strategy.py
+    plan = plan_choice.chosen(ctx, plan, changes, result)  # or a recompute
     removals = inputs.bind_inputs(ctx, changes, result, change.placeholder_reads(plan))
     ctx.inserts_only = removals == 0
 
@@ -293,21 +279,8 @@ def finish_step(
                 inputs.pinned(item, last.input_versions)
                 for item in inputs.describe_inputs(ctx, compiled_sql)
             ]
-            with ctx.role("the columns of the model's query"):
-                output_columns = inputs.describe_query(ctx.session, compiled_sql)
-            plan = strategy.planned(
-                ctx,
-                plan_step(
-                    compiled_sql,
-                    [i.table for i in read],
-                    output_columns,
-                    inputs.describer(ctx.session, read),
-                ),
-                compiled_sql,
-                read,
-                output_columns,
-            )
-            rules = event_time_rules(ctx, output_columns)
+            decided = plan_choice.model_plan(ctx, compiled_sql, read)
+            plan, rules = decided.plan, decided.rules
             _, writes = compute_step(
                 ctx, plan, read, rules, previous, working, StepResult(model.name, last.step, "", "")
             )
