@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Optional
 
 from sqlglot import exp
 
+from dbt.adapters.streamsql.planning.calls import (
+    aggregate_calls,
+    contains_aggregate,
+    function_name,
+    is_aggregate_call,
+)
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.functions import (
-    AGGREGATE_FUNCTIONS,
     BUILTIN_FUNCTIONS,
     NON_PER_ROW_GROUPINGS,
     NONDETERMINISTIC_FUNCTIONS,
 )
-from dbt.adapters.streamsql.planning.plan import DIALECT
+from dbt.adapters.streamsql.planning.windows import window_obstacle
+
+# The aggregate rules import the call checks (calls.py) from here too.
+__all__ = [
+    "aggregate_calls",
+    "contains_aggregate",
+    "drop_ordering",
+    "function_name",
+    "is_aggregate_call",
+    "nonlinear_construct",
+    "require_linear_select",
+]
 
 # sqlglot classes for nondeterministic functions (their Spark spelling may differ from the class).
 _NONDETERMINISTIC_CLASSES = tuple(
@@ -40,40 +56,6 @@ _NONDETERMINISTIC_CLASSES = tuple(
 )
 
 
-def function_name(node: exp.Func) -> str:
-    """The name Spark knows a function call by, lower case (e.g. "collect_list", "window")."""
-    if isinstance(node, exp.Anonymous):
-        return node.name.lower()
-    rendered = node.sql(DIALECT)
-    return rendered.split("(", 1)[0].strip().lower()
-
-
-def is_aggregate_call(node: exp.Expression) -> bool:
-    """An aggregate function call, possibly wrapped in FILTER (WHERE ...); not a window call."""
-    if isinstance(node, exp.Filter):
-        return is_aggregate_call(node.this)
-    if isinstance(node.parent, exp.Window) and node.arg_key == "this":
-        return False
-    if isinstance(node, exp.AggFunc):
-        return True
-    return isinstance(node, exp.Anonymous) and node.name.lower() in AGGREGATE_FUNCTIONS
-
-
-def aggregate_calls(node: exp.Expression) -> Iterator[exp.Expression]:
-    """Outermost aggregate calls in `node`, not looking into subqueries."""
-    if is_aggregate_call(node):
-        yield node
-        return
-    if isinstance(node, exp.Query):
-        return
-    for child in node.iter_expressions():
-        yield from aggregate_calls(child)
-
-
-def contains_aggregate(node: exp.Expression) -> bool:
-    return next(aggregate_calls(node), None) is not None
-
-
 def nonlinear_construct(tree: exp.Expression) -> Optional[str]:
     """Why no fast path can maintain `tree`, whatever its shape; None when nothing stands in the
     way.
@@ -83,10 +65,6 @@ def nonlinear_construct(tree: exp.Expression) -> Optional[str]:
     conjuncts it maintains (IN/EXISTS elsewhere, scalar subqueries), LIMIT/OFFSET, TABLESAMPLE,
     PIVOT, lateral subqueries, session windows and time travel.
     """
-    from dbt.adapters.streamsql.planning.windows import (
-        window_obstacle,  # windows.py imports this module
-    )
-
     for node in tree.walk():
         if isinstance(node, exp.Window):
             reason = window_obstacle(node)

@@ -24,7 +24,7 @@ from dbt.adapters.streamsql.planning.bounds import (
     extreme_of,
     key_range_predicate,
 )
-from dbt.adapters.streamsql.planning.constructs import contains_aggregate
+from dbt.adapters.streamsql.planning.calls import contains_aggregate
 from dbt.adapters.streamsql.planning.joins.kinds import INNER, join_rule
 from dbt.adapters.streamsql.planning.plan import DIALECT, KeyBound, delta_input
 from dbt.adapters.streamsql.planning.terms import (

@@ -39,7 +39,7 @@ from typing import List, Optional, Set, Tuple
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.bounds import aliases_of, conjuncts
-from dbt.adapters.streamsql.planning.constructs import contains_aggregate
+from dbt.adapters.streamsql.planning.calls import contains_aggregate
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 
 IN, EXISTS, NOT_IN, NOT_EXISTS = "in (subquery)", "exists", "not in (subquery)", "not exists"

@@ -36,7 +36,7 @@ from typing import Dict, List, Optional
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.bounds import conjuncts
-from dbt.adapters.streamsql.planning.constructs import contains_aggregate, function_name
+from dbt.adapters.streamsql.planning.calls import contains_aggregate, function_name
 from dbt.adapters.streamsql.planning.types import TypeOracle
 
 RANKS = ("row_number", "rank", "dense_rank")
