@@ -21,8 +21,8 @@ from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.pipeline import keys
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.execution.pipeline.step import run_step
+from dbt.adapters.streamsql.execution.recovery import faults, retention, schema
 from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
-from dbt.adapters.streamsql.execution.recovery import retention, schema
 from dbt.adapters.streamsql.planning.plan import Column, InputTable
 from tests.unit.fake_sql_session import FakeSqlSession
 
@@ -34,7 +34,7 @@ def write(version: int, rows: int = 1) -> Commit:
 
 
 def fault(commits, before=3, now=6, recorded="id-1", current="id-1"):
-    return recovery.history_fault("demo.src", before, now, recorded, current, commits)
+    return faults.history_fault("demo.src", before, now, recorded, current, commits)
 
 
 # -- detection on commit lists ----------------------------------------------------------------
@@ -121,10 +121,10 @@ def test_a_vacuum_that_deleted_files_may_have_taken_the_change_feed():
 
 def test_same_tables_compares_the_recorded_ids():
     item = InputState(InputTable("demo.src", ()), "`demo`.`src`", 3, "id-2")
-    assert recovery.same_tables(None, [item])
-    assert recovery.same_tables(StepRecord(1, "r", "f"), [item])  # no ids recorded
-    assert recovery.same_tables(StepRecord(1, "r", "f", input_ids={"demo.src": "id-2"}), [item])
-    assert not recovery.same_tables(StepRecord(1, "r", "f", input_ids={"demo.src": "id-1"}), [item])
+    assert faults.same_tables(None, [item])
+    assert faults.same_tables(StepRecord(1, "r", "f"), [item])  # no ids recorded
+    assert faults.same_tables(StepRecord(1, "r", "f", input_ids={"demo.src": "id-2"}), [item])
+    assert not faults.same_tables(StepRecord(1, "r", "f", input_ids={"demo.src": "id-1"}), [item])
 
 
 @pytest.mark.parametrize(
@@ -155,11 +155,11 @@ def test_a_star_inside_an_expression_reads_every_column():
 
 
 def test_lost_history_is_told_from_sparks_messages():
-    assert recovery.lost_history(
+    assert faults.lost_history(
         RuntimeError("[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file x")
     )
-    assert recovery.lost_history(RuntimeError("[DELTA_MISSING_CHANGE_DATA] Error getting ..."))
-    assert not recovery.lost_history(RuntimeError("[UNRESOLVED_COLUMN] c"))
+    assert faults.lost_history(RuntimeError("[DELTA_MISSING_CHANGE_DATA] Error getting ..."))
+    assert not faults.lost_history(RuntimeError("[UNRESOLVED_COLUMN] c"))
 
 
 # -- the retention guard ----------------------------------------------------------------------

@@ -45,8 +45,8 @@ from dbt.adapters.streamsql.execution.event_time.rules import (
 from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.pipeline import change, inputs, keys, plan_choice
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
+from dbt.adapters.streamsql.execution.recovery import faults, schema
 from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
-from dbt.adapters.streamsql.execution.recovery import schema
 from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
@@ -94,7 +94,7 @@ def run_step(
     except PlanningError as error:
         raise StepError(f"Model {model.name}: {error}") from error
     except Exception as error:
-        if recovery.lost_history(error) and ctx.recover_reason is None:  # read it all again
+        if faults.lost_history(error) and ctx.recover_reason is None:  # read it all again
             return recovery.take_again(
                 ctx, error, lambda again: _step(again, compiled_sql), started
             )
@@ -130,7 +130,7 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     if (
         last is not None
         and last.unchanged(fingerprint, versions)
-        and recovery.same_tables(last, read)
+        and faults.same_tables(last, read)
     ):
         return StepResult(
             ctx.model.name,
@@ -156,7 +156,7 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
     if (
         previous.step > 0
         and versions == previous.input_versions
-        and recovery.same_tables(previous, read)
+        and faults.same_tables(previous, read)
     ):
         return StepResult(
             ctx.model.name,

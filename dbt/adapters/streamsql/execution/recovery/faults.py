@@ -1,0 +1,279 @@
+"""Whether an input can still be read from where the last step left it: the faults a step checks.
+
+A step reads each input's change feed from the version the previous step read it up to. Before
+it reads, `history_fault` checks, from the input's Delta table id and its commits since that
+version (which the Delta log reader gives without reading data), that this is still possible:
+
+- the table id differs from the one the step record names, or the version went back: the input
+  was dropped (or replaced) and created again;
+- commits the step needs are missing from the log: Delta's log retention removed them;
+- a commit since then replaced the table, restored it, turned its change data feed off, or
+  renamed or dropped a column (Delta cannot read a change feed across those);
+- a VACUUM since then deleted files: the step checks (in the embedded session, where it can list
+  the files those commits name) whether any file its read needs is gone; over SQL alone it
+  assumes so.
+
+`lost_history` tells a read that failed anyway (files deleted by hand, a VACUUM that logged no
+commit) by its error. What the step does about a fault is lost_history.py's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine.delta_log import Commit, name_parts
+from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
+
+# Operations after which an input is another table than the one the last step read.
+REPLACING = {
+    "CREATE TABLE",
+    "CREATE OR REPLACE TABLE",
+    "REPLACE TABLE",
+    "CREATE TABLE AS SELECT",
+    "CREATE OR REPLACE TABLE AS SELECT",
+    "REPLACE TABLE AS SELECT",
+    "RESTORE",
+}
+# Schema changes Delta cannot read a change feed across.
+UNREADABLE_ACROSS = {
+    "RENAME COLUMN": "renamed a column",
+    "DROP COLUMNS": "dropped columns",
+    "DROP COLUMN": "dropped a column",
+}
+CHANGE_FEED = "delta.enableChangeDataFeed"
+COLUMN_MAPPING = "delta.columnMapping.mode"
+# How Spark and Delta say that a file or a version a read needs is gone.
+LOST_HISTORY_MARKERS = (
+    "FAILED_READ_FILE.FILE_NOT_EXIST",
+    "FileNotFoundException",
+    "DELTA_MISSING_CHANGE_DATA",
+    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE",
+    "DELTA_FILE_NOT_FOUND",
+    "DELTA_VERSIONS_NOT_CONTIGUOUS",
+    "VersionNotFoundException",
+    "DELTA_LOG_FILE_NOT_FOUND",
+    "Cannot time travel Delta table",
+    "DELTA_CDC_START_VERSION_AFTER_LATEST",
+    "DELTA_MISSING_PART_FILES",
+)
+# Functions whose value depends on when or where the query runs, not on its inputs.
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Why an input's change since the last step cannot be read as a change feed."""
+
+    input: str
+    reason: str  # completes "<input> ..."
+    first: int  # the versions the step needed: first..last
+    last: int
+    vacuum: bool = False  # only a VACUUM: the files the read needs may still be there
+
+    def describe(self) -> str:
+        needed = (
+            f"version {self.first}"
+            if self.first == self.last
+            else f"versions {self.first} to {self.last}"
+        )
+        return f"{self.input} {self.reason} (the step needed the changes of {needed})"
+
+
+def history_fault(
+    name: str,
+    before: Optional[int],
+    now: int,
+    recorded_id: Optional[str],
+    current_id: Optional[str],
+    commits: Optional[Sequence[Commit]],
+) -> Optional[Fault]:
+    """Why the change of input `name` from version `before` (the last step's) to `now` cannot be
+    read from its change feed; None when it can (as far as its log tells).
+
+    `recorded_id`, `current_id`: the input's Delta table id then and now (None: unknown);
+    `commits`: the input's commits after `before` up to `now`, as its log has them.
+    """
+    if before is None:
+        return None  # a first read: the whole input, nothing of its history
+    first, last = before + 1, max(now, before + 1)
+    if recorded_id and current_id and recorded_id != current_id:
+        return Fault(
+            name,
+            "was dropped or replaced and created again since the last step "
+            f"(its Delta table id was {recorded_id}, it is {current_id})",
+            first,
+            last,
+        )
+    if now < before:
+        return Fault(
+            name,
+            f"is at version {now}, before the version {before} the last step "
+            "read: it was created again",
+            first,
+            last,
+        )
+    if now == before:
+        return None
+    found = {commit.version: commit for commit in commits or ()}
+    missing = [v for v in range(first, now + 1) if v not in found]
+    if missing:
+        gone = (
+            f"version {missing[0]}"
+            if len(missing) == 1
+            else f"versions {missing[0]} to {missing[-1]}"
+        )
+        return Fault(
+            name,
+            f"no longer has the log of {gone} (Delta's log retention, "
+            "delta.logRetentionDuration, removed it)",
+            first,
+            now,
+        )
+    vacuum: Optional[Fault] = None
+    for version in range(first, now + 1):
+        commit = found[version]
+        operation = commit.operation.upper()
+        if operation in REPLACING:
+            return Fault(
+                name, f"was replaced at version {version} ({commit.operation})", first, now
+            )
+        if operation in UNREADABLE_ACROSS:
+            return Fault(
+                name,
+                f"{UNREADABLE_ACROSS[operation]} at version {version}, which "
+                "its change feed cannot be read across",
+                first,
+                now,
+            )
+        changed = changed_properties(commit)
+        if operation in ("SET TBLPROPERTIES", "UNSET TBLPROPERTIES"):
+            if CHANGE_FEED in changed and (
+                operation == "UNSET TBLPROPERTIES" or str(changed[CHANGE_FEED]).lower() != "true"
+            ):
+                return Fault(
+                    name, f"had its change data feed turned off at version {version}", first, now
+                )
+            if COLUMN_MAPPING in changed:
+                return Fault(
+                    name,
+                    f"changed its column mapping at version {version}, which "
+                    "its change feed cannot be read across",
+                    first,
+                    now,
+                )
+        if operation in ("VACUUM START", "VACUUM END") and vacuum is None:
+            deleted = commit.metrics.get("numDeletedFiles", commit.metrics.get("numFilesToDelete"))
+            if deleted is None or str(deleted) != "0":
+                vacuum = Fault(
+                    name,
+                    f"was vacuumed at version {version}, which may have "
+                    "deleted files of those versions",
+                    first,
+                    now,
+                    vacuum=True,
+                )
+    return vacuum
+
+
+def changed_properties(commit: Commit) -> dict:
+    """The table properties a SET (values) or UNSET (keys, values None) TBLPROPERTIES names."""
+    text = commit.parameters.get("properties")
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return {str(key): None for key in value}
+    return {}
+
+
+def same_tables(record: Optional[StepRecord], read: Sequence[InputState]) -> bool:
+    """Whether every input is the table (by Delta table id) the record's step read."""
+    if record is None:
+        return True
+    return all(record.input_ids.get(item.table.name) in (None, "", item.table_id) for item in read)
+
+
+def missing_files(ctx: StepContext, name: str, first: int, last: int) -> Optional[List[str]]:
+    """Files that the commits `first`..`last` of table `name` name and that are gone.
+
+    Read in the embedded session's JVM (the commits' add, remove and change-data files and their
+    deletion vectors); None where that cannot be asked (over SQL alone), or fails.
+    """
+    spark = getattr(ctx.delta_log, "spark", None)
+    if spark is None:
+        return None
+    try:
+        jvm = spark._jvm
+        schema_name, table = name_parts(name)
+        identifier = jvm.org.apache.spark.sql.catalyst.TableIdentifier(
+            table, jvm.scala.Option.apply(schema_name)
+        )
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            spark._jsparkSession, identifier
+        )
+        data_path = delta_log.dataPath()
+        fs = data_path.getFileSystem(delta_log.newDeltaHadoopConf())
+        paths = []
+        changes = delta_log.getChanges(first, jvm.scala.Option.empty(), False)
+        while changes.hasNext():
+            pair = changes.next()
+            if int(pair._1()) > last:
+                break
+            actions = pair._2().iterator()
+            while actions.hasNext():
+                action = actions.next()
+                kind = action.getClass().getSimpleName()
+                if kind == "AddFile" and not action.dataChange():
+                    continue  # written by OPTIMIZE: no read of the change needs it
+                if kind not in ("AddFile", "RemoveFile", "AddCDCFile"):
+                    continue
+                paths.append(
+                    jvm.org.apache.hadoop.fs.Path(
+                        data_path, jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(action.path()))
+                    )
+                )
+                vector = action.deletionVector() if kind != "AddCDCFile" else None
+                if vector is not None and vector.isOnDisk():
+                    paths.append(vector.absolutePath(data_path))
+        return [str(path.toString()) for path in paths if not fs.exists(path)]
+    except Exception:
+        return None
+
+
+def input_fault(ctx: StepContext, change: InputChange, previous: StepRecord) -> Optional[Fault]:
+    """`history_fault` of one input, with a VACUUM's effect checked where it can be."""
+    item = change.input
+    fault = history_fault(
+        item.table.name,
+        change.before,
+        item.version,
+        previous.input_ids.get(item.table.name),
+        item.table_id,
+        change.commits,
+    )
+    if fault is not None and fault.vacuum:
+        gone = missing_files(ctx, item.table.name, fault.first, fault.last)
+        if gone == []:
+            return None
+        if gone:
+            fault = dataclasses.replace(
+                fault,
+                reason=f"was vacuumed, which deleted {len(gone)} file(s) of those "
+                f"versions (e.g. {gone[0].rsplit('/', 1)[-1]})",
+            )
+    return fault
+
+
+def lost_history(error: BaseException) -> bool:
+    """Whether a failed step failed because a file or version of a table's history is gone."""
+    text = str(error)
+    return any(marker in text for marker in LOST_HISTORY_MARKERS)
