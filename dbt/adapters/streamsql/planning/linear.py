@@ -50,7 +50,7 @@ from dbt.adapters.streamsql.planning.terms import (
 )
 from dbt.adapters.streamsql.planning.windows import partition_keys, ranking_names, windows_of
 
-# What the aggregate rules (aggregate.py) build on: they import it from here.
+# What the aggregate rules build on: they import it from here.
 __all__ = [
     "KEYED_CONSTRUCTS",
     "TOP_K",
