@@ -21,7 +21,8 @@ from typing import Callable, List, Optional, Sequence
 
 from sqlglot import exp
 
-from dbt.adapters.streamsql.planning.aggregate import AggregatePlanner, is_aggregate_select
+from dbt.adapters.streamsql.planning.aggregates.analysis import is_aggregate_select
+from dbt.adapters.streamsql.planning.aggregates.planner import AggregatePlanner
 from dbt.adapters.streamsql.planning.binding import bind_tree, bound_input, parse_query
 from dbt.adapters.streamsql.planning.constructs import drop_ordering, nonlinear_construct
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 
 from sqlglot import exp
 
-from dbt.adapters.streamsql.planning.aggregate import is_aggregate_select
+from dbt.adapters.streamsql.planning.aggregates.analysis import is_aggregate_select
 from dbt.adapters.streamsql.planning.binding import INPUT_DB, bound_input, input_table_name
 from dbt.adapters.streamsql.planning.plan import DIALECT
 
