@@ -69,10 +69,8 @@ def test_extreme_of_is_a_scalar_min_or_max_over_the_change():
     )
 
 
-def context(first_step: bool = False) -> StepContext:
-    ctx = StepContext(FakeSqlSession(), ModelSettings(name="m", schema="s", identifier="m"))
-    ctx.first_step = first_step
-    return ctx
+def context() -> StepContext:
+    return StepContext(FakeSqlSession(), ModelSettings(name="m", schema="s", identifier="m"))
 
 
 BOUNDS = [
@@ -84,7 +82,7 @@ BOUNDS = [
 def test_bound_placeholders_become_literal_predicates_in_one_query():
     ctx = context()
     ctx.session.answers.bound = "42"
-    bind_bounds(ctx, BOUNDS, "... __streamsql_bound_0__ AND __streamsql_bound_1__")
+    bind_bounds(ctx, BOUNDS, "... __streamsql_bound_0__ AND __streamsql_bound_1__", False)
     assert ctx.bindings.bind("__streamsql_bound_0__ AND __streamsql_bound_1__") == (
         "(p.id >= CAST('42' AS bigint)) AND (p.id <= CAST('42' AS bigint))"
     )
@@ -95,12 +93,12 @@ def test_bound_placeholders_become_literal_predicates_in_one_query():
 
 
 def test_a_first_step_and_unused_bounds_cost_no_query():
-    ctx = context(first_step=True)
-    bind_bounds(ctx, BOUNDS, "uses __streamsql_bound_1__ only")
+    ctx = context()
+    bind_bounds(ctx, BOUNDS, "uses __streamsql_bound_1__ only", first_step=True)
     assert ctx.bindings.bind("__streamsql_bound_1__") == "true"
     assert "__streamsql_bound_0__" not in ctx.bindings
     later = context()
-    bind_bounds(later, BOUNDS, "uses no bound")
+    bind_bounds(later, BOUNDS, "uses no bound", first_step=False)
     assert ctx.session.statements == later.session.statements == []
 
 
@@ -122,6 +120,6 @@ def test_key_ranges_cover_the_changes_keys_and_nulls_of_orderable_columns_only()
         "SELECT CAST(MIN(g.`k`) AS STRING) AS lo0, CAST(MAX(g.`k`) AS STRING) AS hi0, "
         "SUM(1) AS inserts FROM gd AS g"
     ]
-    first = context(first_step=True)
-    assert key_ranges(first, [Column("k", "bigint")], "gd", "g") == ([], {})
+    first = context()
+    assert key_ranges(first, [Column("k", "bigint")], "gd", "g", first_step=True) == ([], {})
     assert first.session.statements == []

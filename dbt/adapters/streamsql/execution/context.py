@@ -1,9 +1,9 @@
-"""What every phase of a step shares: the model, the SQL session, and what the step learned so far.
+"""Where a step runs: the model, the SQL session, its views and bindings, the Delta log.
 
-A step's phases (`step.py` lists them) pass one `StepContext` along. It carries the facts one phase
-establishes and a later one needs (is this the first step, were the changes read so far inserts
-only, the model table's version), as named fields set in one place each, instead of flags hidden
-in a class.
+A step's phases (`step.py` lists them) pass one `StepContext` along: where the step runs (the
+model, the SQL session, its views and bindings, the Delta log) and the model table's version its
+reads are pinned to. What one step learns and decides as it goes is its `StepState`
+(step_state.py), passed beside it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import hashlib
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Optional
+from typing import Callable, ContextManager, Optional
 
 from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.engine.bindings import Bindings
@@ -33,17 +33,6 @@ class StepContext:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # The model table's version when the step began (read with its last step record).
     target_version: Optional[int] = None
-    # A first step reads every input in full: no key bounds (they would skip nothing), and
-    # delta rules in the form that reads older versions (those are empty).
-    first_step: bool = False
-    # Whether the changes read so far in this step (inputs, then stages) are inserts only.
-    inserts_only: bool = True
-    # The model's compiled SQL (noted by inputs.describe_inputs): a recovery recomputes it.
-    compiled_sql: str = ""
-    # The model's columns next to its query's (schema.check); None on a first step.
-    schema: Optional[Any] = None
-    # Set when the step is taken again because reading an input's history failed (lost_history.py).
-    recover_reason: Optional[str] = None
     # The statements that create and write the side tables: macros (side_tables.py).
     side_sql: SideTableSql = field(default_factory=default_side_table_sql)
     views: StepViews = field(init=False)

@@ -46,6 +46,7 @@ from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.pipeline.aggregate_state import group_columns
 from dbt.adapters.streamsql.execution.pipeline.bounds import key_ranges
 from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
@@ -65,12 +66,9 @@ MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 
 def commit_step(
     ctx: StepContext,
+    step: StepState,
     change: ModelChange,
     columns: Sequence[Column],
-    writes: StepWrites,
-    previous: StepRecord,
-    record: StepRecord,
-    result: StepResult,
     lateness: Sequence[late.LatenessRule],
     key: Optional[Sequence[str]] = None,
 ) -> None:
@@ -80,6 +78,7 @@ def commit_step(
     are counted by its commit). `key`: columns the model holds at most one row per
     (`keys.merge_key`).
     """
+    previous, record, result, writes = step.previous, step.record, step.result, step.writes
     ranges: List[str] = []
     if not change.appends:
         # One query: the change's counts; for a MERGE by key, its range of keys; for a MERGE
@@ -93,6 +92,7 @@ def commit_step(
                 change.relation,
                 "t",
                 {**sql.change_count_aggregates(), **deleted},
+                first_step=step.first_step,
             )
         result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
         if int(counts["widest"]) > 1:  # several copies of one row: not one row per key
@@ -100,7 +100,7 @@ def commit_step(
         ranges = (
             key_range_list
             if key is not None
-            else ([] if ctx.first_step else sql.range_predicates(columns, "t", counts, name="d"))
+            else ([] if step.first_step else sql.range_predicates(columns, "t", counts, name="d"))
         )
     if ctx.model.append_only and result.deleted:
         raise StepError(

@@ -14,15 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Sequence
 
-from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from dbt.adapters.streamsql.execution.commit.writes import HeldWrite, QuarantineWrite, StepWrites
+from dbt.adapters.streamsql.execution.commit.writes import HeldWrite, QuarantineWrite
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
 from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time import watermark as wm
-from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import Column
 
 
@@ -80,43 +79,36 @@ def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> Even
 
 def apply_event_time(
     ctx: StepContext,
+    step: StepState,
     net: str,
     columns: Sequence[Column],
     rules: EventTimeRules,
-    previous: StepRecord,
-    record: StepRecord,
-    result: StepResult,
-    writes: StepWrites,
     release_all: bool = False,
 ) -> str:
     """The change to apply to the model: WATERMARK, then LATENESS, applied to `net`."""
     if rules.watermark:
-        net = apply_watermark(
-            ctx, net, columns, rules.watermark, previous, record, result, writes, release_all
-        )
+        net = apply_watermark(ctx, step, net, columns, rules.watermark, release_all)
     if rules.lateness:
-        net = apply_lateness(ctx, net, columns, rules.lateness, previous, record, result, writes)
+        net = apply_lateness(ctx, step, net, columns, rules.lateness)
     return net
 
 
 def apply_watermark(
     ctx: StepContext,
+    step: StepState,
     net: str,
     columns: Sequence[Column],
     rules: Sequence[wm.WatermarkRule],
-    previous: StepRecord,
-    record: StepRecord,
-    result: StepResult,
-    writes: StepWrites,
     release_all: bool,
 ) -> str:
     """Hold back changes the watermark does not allow yet; release those it now allows.
 
     What the step holds and releases is computed from `__pending` as the last completed step
     left it (its commits come only after the model's: protocol.py); the write of the step's marks
-    and held changes goes into `writes`, if there is anything to write.
+    and held changes goes into `step.writes`, if there is anything to write.
     """
-    session, pending, step = ctx.session, ctx.model.pending_table, record.step
+    session, pending = ctx.session, ctx.model.pending_table
+    previous, record, number = step.previous, step.record, step.record.step
     with ctx.role("WATERMARK: the largest value seen of each watermark column"):
         row = session.query(wm.seen_query(net, rules, previous.watermark_seen))[0]
     for i, rule in enumerate(rules):
@@ -124,14 +116,14 @@ def apply_watermark(
     condition = wm.release_condition(rules, record.watermark_seen, release_all)
     candidates = ctx.views.materialize(
         "candidates",
-        wm.candidates(net, inline(f"SELECT * FROM {pending}"), columns, step, condition),
+        wm.candidates(net, inline(f"SELECT * FROM {pending}"), columns, number, condition),
         f"WATERMARK: this step's changes and those {pending} holds, each released or not",
     )
     with ctx.role(f"WATERMARK: count what stays held, and what the step writes to {pending}"):
-        counts = session.query(wm.pending_counts(candidates, step))[0]
-    result.held = int(counts["held"])
+        counts = session.query(wm.pending_counts(candidates, number))[0]
+    step.result.held = int(counts["held"])
     if int(counts["writes"]):
-        writes.held = HeldWrite(candidates, columns)
+        step.writes.held = HeldWrite(candidates, columns)
     return ctx.views.materialize(
         "released",
         sql.consolidate(f"({wm.released(candidates, columns)})", columns),
@@ -141,15 +133,13 @@ def apply_watermark(
 
 def apply_lateness(
     ctx: StepContext,
+    step: StepState,
     net: str,
     columns: Sequence[Column],
     rules: Sequence[late.LatenessRule],
-    previous: StepRecord,
-    record: StepRecord,
-    result: StepResult,
-    writes: StepWrites,
 ) -> str:
     """Set late changes aside, move the waterline, and return the changes to apply."""
+    previous, record = step.previous, step.record
     classified = ctx.views.materialize(
         "classified",
         late.classify(net, columns, rules, previous.waterline),
@@ -159,11 +149,11 @@ def apply_lateness(
         row = ctx.session.query(
             late.waterline_query(classified, rules, previous.waterline, previous.max_seen)
         )[0]
-    result.late = int(row["late"])
+    step.result.late = int(row["late"])
     for i, rule in enumerate(rules):
         record.waterline[rule.column.name] = row[f"w_{i}"]
         record.max_seen[rule.column.name] = row[f"m_{i}"]
-    writes.quarantine = QuarantineWrite(classified, columns, rules)
+    step.writes.quarantine = QuarantineWrite(classified, columns, rules)
     # A plain view over the materialized `classified`: counted and applied, never recomputed.
     return ctx.views.view(
         "on_time", late.on_time(classified, columns), "LATENESS: the changes on time"

@@ -59,6 +59,8 @@ def changed_groups(
     label: str,
     aggregate: AggregatePlan,
     state: str,
+    first_step: bool,
+    inserts_only: bool,
     lateness: Sequence[late.LatenessRule] = (),
     waterline: Optional[Mapping[str, Optional[str]]] = None,
 ) -> ChangedGroups:
@@ -66,19 +68,20 @@ def changed_groups(
 
     `state` is the SELECT of the whole state before the step (`state_before`); only the part
     the changed groups' key ranges reach is read, narrowed further by the LATENESS rules whose
-    column the group decides (`final_group_bounds`).
+    column the group decides (`final_group_bounds`). `first_step`, `inserts_only`: the step's
+    (step_state.py).
     """
     delta_sql = aggregate.delta_sql
     # The form without older versions has negative terms even for inserts, which a MIN/MAX
     # takes for deletions of its extreme (and recomputes the group from the inputs): with
     # MIN/MAX, only where something was removed anyway.
     if (
-        not ctx.first_step
+        not first_step
         and aggregate.later_delta_sql is not None
-        and not (aggregate.recompute_check_sql and ctx.inserts_only)
+        and not (aggregate.recompute_check_sql and inserts_only)
     ):
         delta_sql = aggregate.later_delta_sql
-    bind_bounds(ctx, aggregate.bounds, delta_sql)
+    bind_bounds(ctx, aggregate.bounds, delta_sql, first_step)
     who = aggregate_name(label)
     reads = ctx.bindings.reads(delta_sql)
     group_delta = ctx.views.materialize(
@@ -99,6 +102,7 @@ def changed_groups(
             group_delta,
             GROUP_ALIAS,
             {"groups": "COUNT(*)", **touched},
+            first_step=first_step,
         )
     bounds = final_group_bounds(final, [as_list(found[name]) for name in touched]) + ranges
     if bounds:

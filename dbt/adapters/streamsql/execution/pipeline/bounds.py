@@ -17,13 +17,15 @@ from dbt.adapters.streamsql.execution.pipeline.inputs import describe_rows
 from dbt.adapters.streamsql.planning.plan import Column, KeyBound
 
 
-def bind_bounds(ctx: StepContext, bounds: Sequence[KeyBound], used_by: str) -> None:
+def bind_bounds(
+    ctx: StepContext, bounds: Sequence[KeyBound], used_by: str, first_step: bool
+) -> None:
     """Bind each key bound `used_by` holds to its predicate, with the change's MIN/MAX as
-    literals (one query for all of them)."""
+    literals (one query for all of them); on a first step, to `true`."""
     bounds = [bound for bound in bounds if bound.name in used_by]
     if not bounds:
         return
-    if ctx.first_step:
+    if first_step:
         predicates = ["true"] * len(bounds)
     else:
         predicates = bound_predicates(ctx, bounds)
@@ -47,6 +49,7 @@ def key_ranges(
     change: str,
     alias: str,
     also: Optional[Dict[str, str]] = None,
+    first_step: bool = False,
 ) -> Tuple[List[str], Dict[str, Any]]:
     """Predicates over rows aliased `alias` holding every key a change holds (NULLs too).
 
@@ -56,11 +59,11 @@ def key_ranges(
     aliased `alias`) and returns their values. A first step's change is every row: no range.
     """
     also = dict(also or {})
-    aggregates = {} if ctx.first_step else sql.range_aggregates(columns, alias)
+    aggregates = {} if first_step else sql.range_aggregates(columns, alias)
     aggregates.update(also)
     if not aggregates:
         return [], {}
     select = ", ".join(f"{expression} AS {name}" for name, expression in aggregates.items())
     row = ctx.session.query(f"SELECT {select} FROM {change} AS {alias}")[0]
-    ranges = [] if ctx.first_step else sql.range_predicates(columns, alias, row)
+    ranges = [] if first_step else sql.range_predicates(columns, alias, row)
     return ranges, {name: row[name] for name in also}

@@ -18,7 +18,6 @@ from collections import Counter
 from functools import reduce
 from typing import Sequence, Tuple
 
-from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
@@ -32,6 +31,7 @@ from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
     state_before,
 )
 from dbt.adapters.streamsql.execution.pipeline.bounds import bind_bounds
+from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
     GROUPS,
@@ -71,17 +71,15 @@ def placeholder_reads(plan: StepPlan) -> Counter:
     return reads
 
 
-def stage_change(
-    ctx: StepContext, stage: StagePlan, previous: StepRecord
-) -> Tuple[int, StateWrite]:
+def stage_change(ctx: StepContext, step: StepState, stage: StagePlan) -> Tuple[int, StateWrite]:
     """Bind a stage's placeholders (its result before and after the step, and the change).
 
     Returns how many rows of the stage's change are removals, and the write of its state.
     """
     aggregate, label, position = stage.aggregate, f"{stage.name}_", stage.position
-    table = ctx.model.stage_table(stage.name)
+    table, previous = ctx.model.stage_table(stage.name), step.previous
     state = state_before(table, previous.step, aggregate)
-    groups = changed_groups(ctx, label, aggregate, state)
+    groups = changed_groups(ctx, label, aggregate, state, step.first_step, step.inserts_only)
     net = output_change(ctx, label, aggregate, groups, stage.columns)
     # The stage's whole result, before and after the step: what reads it may need any group.
     # Temporary views, not inline: Spark's optimizer fails on some queries that read the union
@@ -118,7 +116,7 @@ def stage_change(
     )
 
 
-def linear_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
+def linear_change(ctx: StepContext, step: StepState, plan: StepPlan) -> ModelChange:
     """The change of a linear query: its delta rules over the input (and stage) changes.
 
     A monotonic query over inserts only changes by inserts: every row of its change has weight
@@ -129,12 +127,12 @@ def linear_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
     # The form that reads no input's older version has negative terms even for inserts:
     # used where the change is netted anyway (something was removed), so that inserts keep
     # their append without netting.
-    if not (ctx.first_step or (monotonic and ctx.inserts_only)) and plan.later_change_sql:
+    if not (step.first_step or (monotonic and step.inserts_only)) and plan.later_change_sql:
         change_sql, monotonic = plan.later_change_sql, plan.later_monotonic
-    bind_bounds(ctx, plan.bounds, change_sql)
+    bind_bounds(ctx, plan.bounds, change_sql, step.first_step)
     change = inline(ctx.bindings.bind(change_sql))
     reads = ctx.bindings.reads(change_sql)
-    if monotonic and ctx.inserts_only:
+    if monotonic and step.inserts_only:
         return ModelChange(change, appends=True, reads=reads)
     return ModelChange(
         ctx.views.materialize(
@@ -175,13 +173,22 @@ def recompute_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
 
 
 def aggregate_change(
-    ctx: StepContext, plan: StepPlan, previous: StepRecord, lateness: Sequence[late.LatenessRule]
+    ctx: StepContext, step: StepState, plan: StepPlan, lateness: Sequence[late.LatenessRule]
 ) -> Tuple[ModelChange, StateWrite]:
     """The top aggregate's change to the model, and the write of its state."""
-    aggregate = plan.aggregate
+    aggregate, previous = plan.aggregate, step.previous
     assert aggregate is not None
     state = state_before(ctx.model.state_table, previous.step, aggregate)
-    groups = changed_groups(ctx, "", aggregate, state, lateness, previous.waterline)
+    groups = changed_groups(
+        ctx,
+        "",
+        aggregate,
+        state,
+        step.first_step,
+        step.inserts_only,
+        lateness,
+        previous.waterline,
+    )
     # The table starts empty, even where the query's old output is not (a global aggregate
     # has one row over no input): on the first step there is nothing to delete.
     net = output_change(
@@ -197,15 +204,15 @@ def aggregate_change(
 
 def final_groups_change(
     ctx: StepContext,
+    step: StepState,
     aggregate: AggregatePlan,
     state: StateWrite,
     final: Sequence[emit.FinalColumn],
-    previous: StepRecord,
-    record: StepRecord,
     columns: Sequence[Column],
 ) -> ModelChange:
     """emit_final: the groups this step makes final, inserted with their values after the
     step (emit_final.py); the change computed before only decided lateness and waterlines."""
+    previous, record = step.previous, step.record
     condition = emit.newly_final(final, record.waterline, previous.waterline)
     if condition is None:  # no waterline yet: nothing is final
         return ModelChange(inline(sql.typed_nothing(list(columns) + [Column(WEIGHT, "bigint")])))

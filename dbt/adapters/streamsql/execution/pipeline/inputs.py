@@ -52,7 +52,6 @@ class InputState:
 
 def describe_inputs(ctx: StepContext, compiled_sql: str) -> List[InputState]:
     """Every table the model reads, with its columns and current version."""
-    ctx.compiled_sql = compiled_sql  # what a recovery recomputes (lost_history.py)
     return [describe_input(ctx, name) for name in referenced_tables(compiled_sql)]
 
 

@@ -27,7 +27,7 @@ from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, event_time_rules
 from dbt.adapters.streamsql.execution.pipeline import inputs, keys
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
-from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step, recompute_plan
 
@@ -97,11 +97,11 @@ def planned(
 
 
 def chosen(
-    ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange], result: StepResult
+    ctx: StepContext, step: StepState, plan: StepPlan, changes: Sequence[InputChange]
 ) -> StepPlan:
     """The plan this step runs: `plan`, or under `auto` a recompute when the change is about as
-    large as the inputs (see the module docstring); the choice goes into `result`'s notes."""
-    if ctx.model.strategy != "auto" or plan.strategy != "linear" or plan.stages or ctx.first_step:
+    large as the inputs (see the module docstring); the choice goes into the step's notes."""
+    if ctx.model.strategy != "auto" or plan.strategy != "linear" or plan.stages or step.first_step:
         return plan
     change_bytes = _total(change.size_bytes for change in changes)
     input_bytes = _total(change.input.size_bytes for change in changes)
@@ -112,12 +112,12 @@ def chosen(
         or change_bytes < RECOMPUTE_SHARE * input_bytes
     ):
         return plan
-    result.notes.append(
+    step.result.notes.append(
         f"recomputed this step: its inputs changed by {_size(change_bytes)}, at least "
         f"{RECOMPUTE_SHARE:.0%} of their {_size(input_bytes)}"
     )
     return recompute_plan(
-        ctx.compiled_sql,
+        step.compiled_sql,
         [c.input.table for c in changes],
         plan.output_columns,
         "the inputs' change is as large as the inputs",

@@ -3,33 +3,39 @@
 The materialization (macros/materializations/incremental_view.sql) calls
 `StreamSQLAdapter.streamsql_step`, which calls `run_step`:
 
-1. inputs      (inputs.py)      the tables the model reads and the versions this step reads;
-   bookkeeping (bookkeeping.py) where the model stands: its last step record (a run whose
-                                inputs did not change since then stops here);
-2. plan        (planning/)      `plan_step`: how the model's change is computed from theirs;
-   bookkeeping                  on a first run, the model's tables; after a crash, the
-                                interrupted attempt undone; the inputs' changes bound;
-3. change      (change.py)      stages first, then the linear, aggregate or recompute change;
-4. event time  (event_time.py)  WATERMARK, then LATENESS, on that change; with emit_final
-                                (emit_final.py) the model's change is then the groups that
-                                became final instead;
-5. commit      (commit.py)      every write, in the order that makes the step exactly-once.
+1. inputs      (inputs.py)           the tables the model reads and the versions this step
+                                     reads; where the model stands (commit/history.py): its
+                                     last step record. A step a crash left unfinished is
+                                     finished first; a run whose inputs did not change stops.
+2. plan        (plan_choice.py)      the model's plan (planning/), rules and merge key; the
+                                     configs and the schema change are checked. On a first run
+                                     the model's tables are created (commit/tables.py); state
+                                     tables due for it are compacted.
+3. change      (change.py)           the inputs' changes read, a recovery decided and a schema
+                                     change applied to the tables (recovery/), then stages,
+                                     then the linear, aggregate or recompute change;
+4. event time  (event_time/)         WATERMARK, then LATENESS, on that change; with emit_final
+                                     the model's change is then the groups that became final;
+5. commit      (commit/protocol.py)  every write of the step's result, in the order that makes
+                                     the step exactly-once.
 
-Phases 1-4 only read and compute (into views pinned to versions); phase 5 writes. `flush_step`
-(the `streamsql_flush` operation) is a step with no input change that releases everything
-WATERMARK holds.
+Phases 3 and 4 compute into views pinned to versions and write nothing; the writes before phase
+5 are the ones a step needs before it can read (creating tables, altering them for a schema
+change, compacting state) and are safe to repeat. A `StepState` (step_state.py) carries what
+the step learns from phase to phase. `flush_step` (the `streamsql_flush` operation) is a step
+with no input change that releases everything WATERMARK holds.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.commit import history, tables
 from dbt.adapters.streamsql.execution.commit.protocol import commit_step, write_side_tables
 from dbt.adapters.streamsql.execution.commit.record import StepRecord, sql_fingerprint
 from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
-from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StepWrites
+from dbt.adapters.streamsql.execution.commit.writes import ModelChange
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
@@ -48,6 +54,7 @@ from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.execution.recovery import faults, schema
 from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
 from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
 
@@ -94,9 +101,9 @@ def run_step(
     except PlanningError as error:
         raise StepError(f"Model {model.name}: {error}") from error
     except Exception as error:
-        if faults.lost_history(error) and ctx.recover_reason is None:  # read it all again
+        if faults.lost_history(error):  # read it all again, once
             return recovery.take_again(
-                ctx, error, lambda again: _step(again, compiled_sql), started
+                ctx, error, lambda again, why: _step(again, compiled_sql, why), started
             )
         if any(marker in str(error) for marker in CONCURRENT_WRITE_MARKERS):
             raise StepError(
@@ -112,7 +119,7 @@ def run_step(
     return result
 
 
-def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
+def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = None) -> StepResult:
     # 1. inputs, and where the model stands: a step a crash left unfinished is finished first;
     # a run whose inputs did not change since the last step stops here
     read = inputs.describe_inputs(ctx, compiled_sql)
@@ -141,18 +148,15 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
             skipped=True,
         )
 
-    # 2. the plan (which fails on a config it cannot obey before anything is written, as do a
-    # refused emit_final and schema change)
+    # 2. the plan (a config it cannot obey fails here, before anything is written, as do a
+    # refused emit_final and a refused schema change); on a first run, the model's tables
     decided = plan_choice.model_plan(ctx, compiled_sql, read)
-    plan, output_columns, rules, key = (
-        decided.plan,
-        decided.output_columns,
-        decided.rules,
-        decided.key,
-    )
+    plan, rules = decided.plan, decided.rules
     emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)
-    schema.check(ctx, last, output_columns, read)
-    previous = tables.prepare_target(ctx, plan, read, output_columns, fingerprint, rules, last)
+    compared = schema.check(ctx, last, decided.output_columns, read)
+    previous = tables.prepare_target(
+        ctx, plan, read, decided.output_columns, fingerprint, rules, last
+    )
     if (
         previous.step > 0
         and versions == previous.input_versions
@@ -169,81 +173,76 @@ def _step(ctx: StepContext, compiled_sql: str) -> StepResult:
 
     ctx.checkpoint("start")
     name = emit_final.plan_name(plan, ctx.model)
-    result = StepResult(ctx.model.name, previous.step + 1, name, plan.reason)
-    record = previous.next(ctx.run_id, versions)
-    record.plan, record.reason = name, plan.reason
-    record.emit_final = ctx.model.emit_final  # a change since the last step was refused above
-    tables.compact_state_tables(ctx, plan, previous, record)
+    step = StepState(
+        compiled_sql,
+        previous,
+        record=previous.next(ctx.run_id, versions),
+        result=StepResult(ctx.model.name, previous.step + 1, name, plan.reason),
+        schema=compared,
+        recover_reason=recover_reason,
+    )
+    step.record.plan, step.record.reason = name, plan.reason
+    step.record.emit_final = ctx.model.emit_final  # a change since the last step was refused
+    tables.compact_state_tables(ctx, plan, previous, step.record)
 
     # 3. the change, and 4. event time
-    model_change, writes = compute_step(ctx, plan, read, rules, previous, record, result)
+    model_change = compute_step(ctx, step, plan, read, rules)
 
     # 5. the commit
-    columns = schema.written_columns(ctx, previous, plan.output_columns)
-    keys.check_unique(ctx, model_change, columns, decided.unique and key, record.step)
-    commit_step(
-        ctx, model_change, columns, writes, previous, record, result, rules.lateness, key=key
-    )
-    return result
+    columns = schema.written_columns(ctx, step.schema, previous, plan.output_columns)
+    key = decided.key
+    keys.check_unique(ctx, model_change, columns, decided.unique and key, step.record.step)
+    commit_step(ctx, step, model_change, columns, rules.lateness, key=key)
+    return step.result
 
 
 def compute_step(
     ctx: StepContext,
+    step: StepState,
     plan: StepPlan,
     read: Sequence[InputState],
     rules: EventTimeRules,
-    previous: StepRecord,
-    record: StepRecord,
-    result: StepResult,
-) -> Tuple[ModelChange, StepWrites]:
-    """Phases 3 and 4: the model's change from the inputs' changes since `previous`, and what
-    the step writes besides; nothing is written (every read is pinned: commit.py)."""
-    ctx.first_step = all(previous.input_versions.get(i.table.name) is None for i in read)
+) -> ModelChange:
+    """Phases 3 and 4: the model's change from the inputs' changes since the step's previous
+    one; what the step writes besides goes into `step.writes`. Nothing is written (every read
+    is pinned to a version: commit/protocol.py)."""
+    previous = step.previous
+    step.first_step = all(previous.input_versions.get(i.table.name) is None for i in read)
     final = emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)
     changes = inputs.read_changes(ctx, read, previous)
-    # an input that cannot be read from where the last step left it: a recompute (recovery.py)
-    adjusted = recovery.prepare(ctx, plan, changes, previous, record, result)
+    # an input that cannot be read from where the last step left it: a recompute
+    adjusted = recovery.prepare(ctx, step, plan, changes)
     plan, changes = adjusted.plan, adjusted.changes
-    plan = plan_choice.chosen(ctx, plan, changes, result)  # or a recompute
-    removals = inputs.bind_inputs(ctx, changes, result, change.placeholder_reads(plan))
-    ctx.inserts_only = removals == 0
+    plan = plan_choice.chosen(ctx, step, plan, changes)  # or a recompute, under `auto`
+    removals = inputs.bind_inputs(ctx, changes, step.result, change.placeholder_reads(plan))
+    step.inserts_only = removals == 0
 
     # stages first (each reads the inputs and the stages before it)
-    writes = StepWrites()
     for stage in plan.stages:
-        removals, state_write = change.stage_change(ctx, stage, previous)
-        ctx.inserts_only = ctx.inserts_only and removals == 0
-        writes.state.append(state_write)
+        removals, state_write = change.stage_change(ctx, step, stage)
+        step.inserts_only = step.inserts_only and removals == 0
+        step.writes.state.append(state_write)
     if plan.strategy == "aggregate":
-        model_change, state_write = change.aggregate_change(ctx, plan, previous, rules.lateness)
-        writes.state.append(state_write)
+        model_change, state_write = change.aggregate_change(ctx, step, plan, rules.lateness)
+        step.writes.state.append(state_write)
     elif plan.strategy == "linear":
-        model_change = change.linear_change(ctx, plan)
+        model_change = change.linear_change(ctx, step, plan)
     else:
         model_change = change.recompute_change(ctx, plan)
 
-    model_change = recovery.finish(ctx, adjusted, model_change, writes, previous)
+    model_change = recovery.finish(ctx, step, adjusted, model_change)
     if rules.watermark or rules.lateness:
         model_change = ModelChange(
-            apply_event_time(
-                ctx,
-                model_change.relation,
-                adjusted.columns,
-                rules,
-                previous,
-                record,
-                result,
-                writes,
-            )
+            apply_event_time(ctx, step, model_change.relation, adjusted.columns, rules)
         )
     if final:  # emit_final: the change judged above decided lateness and waterlines only
         aggregate = (adjusted.original or plan).aggregate
-        state = next(w for w in writes.state if w.suffix == "__streamsql_state")
+        state = next(w for w in step.writes.state if w.suffix == "__streamsql_state")
         assert aggregate is not None
         model_change = change.final_groups_change(
-            ctx, aggregate, state, final, previous, record, adjusted.columns
+            ctx, step, aggregate, state, final, adjusted.columns
         )
-    return model_change, writes
+    return model_change
 
 
 def finish_step(
@@ -258,7 +257,7 @@ def finish_step(
     """Writes what a crash left unwritten of step `last` (committed to the model, with side
     tables named in its record still without it): the step computed again from the inputs'
     versions it read and the state before it, every side-table write tried again (Delta skips
-    those that landed before, commit.py)."""
+    those that landed before: commit/protocol.py)."""
     ctx = StepContext(session, model, log, side_sql=side_sql)
     try:
         ctx.log(
@@ -267,24 +266,23 @@ def finish_step(
         )
         previous, committed_at = history.record_before(ctx, last)
         ctx.target_version = committed_at - 1
-        working = previous.next(ctx.run_id, dict(last.input_versions))
+        step = StepState(
+            compiled_sql,
+            previous,
+            record=previous.next(ctx.run_id, dict(last.input_versions)),
+            result=StepResult(model.name, last.step, "", ""),
+        )
         if last.flush:
             columns = list(ctx.delta_log.snapshot(model.target_name).columns)
-            rules = event_time_rules(ctx, columns)
-            _, writes = flush_change(
-                ctx, columns, rules, previous, working, StepResult(model.name, last.step, "", "")
-            )
+            flush_change(ctx, step, columns, event_time_rules(ctx, columns))
         else:
             read = [
                 inputs.pinned(item, last.input_versions)
                 for item in inputs.describe_inputs(ctx, compiled_sql)
             ]
             decided = plan_choice.model_plan(ctx, compiled_sql, read)
-            plan, rules = decided.plan, decided.rules
-            _, writes = compute_step(
-                ctx, plan, read, rules, previous, working, StepResult(model.name, last.step, "", "")
-            )
-        write_side_tables(ctx, writes, previous, last)
+            compute_step(ctx, step, decided.plan, read, decided.rules)
+        write_side_tables(ctx, step.writes, previous, last)
     finally:
         ctx.views.drop_all()
 
@@ -321,32 +319,26 @@ def flush_step(
             )
         record = previous.next(ctx.run_id, dict(previous.input_versions))
         record.flush = True
-        result = StepResult(model.name, record.step, "flush", "release every held change")
-        released, writes = flush_change(ctx, columns, rules, previous, record, result)
-        commit_step(
-            ctx, ModelChange(released), columns, writes, previous, record, result, rules.lateness
+        step = StepState(
+            "",
+            previous,
+            record,
+            StepResult(model.name, record.step, "flush", "release every held change"),
         )
+        released = flush_change(ctx, step, columns, rules)
+        commit_step(ctx, step, ModelChange(released), columns, rules.lateness)
     finally:
         ctx.views.drop_all()
-    result.seconds = time.monotonic() - started
-    return result
+    step.result.seconds = time.monotonic() - started
+    return step.result
 
 
 def flush_change(
-    ctx: StepContext,
-    columns: Sequence[Column],
-    rules: EventTimeRules,
-    previous: StepRecord,
-    record: StepRecord,
-    result: StepResult,
-) -> Tuple[str, StepWrites]:
+    ctx: StepContext, step: StepState, columns: Sequence[Column], rules: EventTimeRules
+) -> str:
     """A flush's change: everything WATERMARK holds, released (and judged by LATENESS)."""
     nothing = inline(
         f"SELECT {column_list(columns)}, CAST(0 AS BIGINT) AS {WEIGHT} "
         f"FROM {ctx.model.target} WHERE false"
     )
-    writes = StepWrites()
-    released = apply_event_time(
-        ctx, nothing, columns, rules, previous, record, result, writes, release_all=True
-    )
-    return released, writes
+    return apply_event_time(ctx, step, nothing, columns, rules, release_all=True)

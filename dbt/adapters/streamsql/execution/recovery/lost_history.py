@@ -34,7 +34,7 @@ import sqlglot
 from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite, StepWrites
+from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
@@ -54,6 +54,7 @@ from dbt.adapters.streamsql.execution.recovery.faults import (
     lost_history,
 )
 from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
     DIALECT,
@@ -107,23 +108,23 @@ NONDETERMINISTIC_NAMES = {
 def take_again(
     failed: StepContext,
     error: BaseException,
-    take_step: Callable[[StepContext], StepResult],
+    take_step: Callable[[StepContext, str], StepResult],
     started: float,
 ) -> StepResult:
     """Take a step again as a recovery, after reading some input's history failed.
 
+    `take_step(context, reason)` takes the step in a new context, recovering for `reason`.
     Nothing the failed attempt did stands in the way: a step writes nothing before its model's
     commit, and a commit that landed is found by the next attempt like by any run.
     """
     first_line = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
     again = StepContext(failed.session, failed.model, failed.log, side_sql=failed.side_sql)
-    again.recover_reason = f"reading its inputs' history failed ({first_line})"
+    reason = f"reading its inputs' history failed ({first_line})"
     failed.log(
-        f"{failed.model.name}: {again.recover_reason}; taking the step again from the "
-        "inputs' current versions"
+        f"{failed.model.name}: {reason}; taking the step again from the inputs' current versions"
     )
     try:
-        result = take_step(again)
+        result = take_step(again, reason)
     except Exception as second:
         if not lost_history(second):
             raise
@@ -174,18 +175,18 @@ def star_in_expression(compiled_sql: str) -> bool:
 
 
 def schema_reason(
-    ctx: StepContext, plan: StepPlan, changes: Sequence[InputChange], previous: StepRecord
+    ctx: StepContext, step: StepState, plan: StepPlan, changes: Sequence[InputChange]
 ) -> Optional[str]:
     """Why the model's existing rows need a recompute after its inputs' columns changed."""
     added_by_inputs = [
         name for change in changes for name in schema.added_by_inputs(change.commits or ())
     ]
-    if added_by_inputs and star_in_expression(ctx.compiled_sql):
+    if added_by_inputs and star_in_expression(step.compiled_sql):
         return (
             f"input column(s) {', '.join(sorted(set(added_by_inputs)))} were added, which "
             "the model reads through * in an expression"
         )
-    change = ctx.schema
+    change, previous = step.schema, step.previous
     if change is None and previous.columns:  # a step being finished: as the step compared
         change = schema.compare(
             ctx.model.on_schema_change, schema.record_columns(previous), plan.output_columns
@@ -218,12 +219,7 @@ class Adjusted:
 
 
 def prepare(
-    ctx: StepContext,
-    plan: StepPlan,
-    changes: Sequence[InputChange],
-    previous: StepRecord,
-    record: StepRecord,
-    result: StepResult,
+    ctx: StepContext, step: StepState, plan: StepPlan, changes: Sequence[InputChange]
 ) -> Adjusted:
     """Before the change is computed: notes what the step record keeps of the inputs and the
     model's columns, warns of short retentions, and decides whether the step recovers.
@@ -231,11 +227,12 @@ def prepare(
     Raises:
         StepError: it must recover, but the query is not deterministic.
     """
+    previous, record, result = step.previous, step.record, step.result
     now = time.time()
     query_columns = list(plan.output_columns)
-    columns = schema.written_columns(ctx, previous, query_columns)
+    columns = schema.written_columns(ctx, step.schema, previous, query_columns)
     record.input_ids = {c.input.table.name: c.input.table_id for c in changes}
-    record.columns = [[c.name, c.data_type] for c in table_after(ctx, columns)]
+    record.columns = [[c.name, c.data_type] for c in table_after(step, columns)]
     record.started_at = now
     result.notes.extend(
         retention.retention_notes(
@@ -251,15 +248,15 @@ def prepare(
             + ", ".join(c.name for c in query_columns if c.name.lower() not in kept)
             + " are not in the model"
         )
-    reasons = [ctx.recover_reason] if ctx.recover_reason else []
+    reasons = [step.recover_reason] if step.recover_reason else []
     for change in changes:
         fault = input_fault(ctx, change, previous)
         if fault is not None:
             reasons.append(fault.describe())
-    why = schema_reason(ctx, plan, changes, previous)
+    why = schema_reason(ctx, step, plan, changes)
     if why:
         reasons.append(why)
-    function = nondeterministic(ctx.compiled_sql) if reasons else None
+    function = nondeterministic(step.compiled_sql) if reasons else None
     if function is not None:
         raise StepError(
             f"Model {ctx.model.name}: {'; '.join(reasons)}. The step cannot read that change, "
@@ -267,12 +264,12 @@ def prepare(
             f"gave, because its query calls {function}. Nothing was changed. Run `dbt run "
             f"--full-refresh --select {ctx.model.name}` to rebuild it from its inputs."
         )
-    schema.apply(ctx, ctx.schema, plan)  # after every refusal: the step's first write
+    schema.apply(ctx, step.schema, plan)  # after every refusal: the step's first write
     if not reasons:
         return Adjusted(padded(plan, columns, ctx), list(changes), columns, query_columns)
 
     ctx.log(f"{ctx.model.name}: step {record.step} recomputes the model: {'; '.join(reasons)}")
-    ctx.first_step = True  # every input is read as of its version now, in full
+    step.first_step = True  # every input is read as of its version now, in full
     record.recovered = list(reasons)
     result.notes.append(
         f"recovered ({'; '.join(reasons)}): recomputed the model from its "
@@ -281,7 +278,7 @@ def prepare(
     recompute = dataclasses.replace(
         plan,
         strategy="recompute",
-        change_sql=recovery_sql(ctx, plan, columns, previous),
+        change_sql=recovery_sql(ctx, step, plan, columns),
         output_columns=tuple(columns),
         aggregate=None,
         stages=(),
@@ -301,16 +298,12 @@ def prepare(
 
 
 def finish(
-    ctx: StepContext,
-    adjusted: Adjusted,
-    model_change: ModelChange,
-    writes: StepWrites,
-    previous: StepRecord,
+    ctx: StepContext, step: StepState, adjusted: Adjusted, model_change: ModelChange
 ) -> ModelChange:
     """After the change is computed: the state rebuild of a recovery, and the change projected
     on the model's columns (on_schema_change 'ignore')."""
     if adjusted.original is not None:
-        rebuild_state(ctx, adjusted.original, writes, previous)
+        rebuild_state(ctx, step, adjusted.original)
         return model_change  # the recompute wrote the model's columns already
     if len(adjusted.columns) == len(adjusted.query_columns):
         return model_change
@@ -327,9 +320,9 @@ def finish(
     )
 
 
-def table_after(ctx: StepContext, written: Sequence[Column]) -> List[Column]:
+def table_after(step: StepState, written: Sequence[Column]) -> List[Column]:
     """The model table's columns after the step (schema.apply has altered it already)."""
-    change = ctx.schema
+    change = step.schema
     if change is None:
         return list(written)
     if change.mode == "ignore":
@@ -362,7 +355,7 @@ def pad_target(change_sql: str, have: Sequence[Column], want: Sequence[Column]) 
 
 
 def recovery_sql(
-    ctx: StepContext, plan: StepPlan, columns: Sequence[Column], previous: StepRecord
+    ctx: StepContext, step: StepState, plan: StepPlan, columns: Sequence[Column]
 ) -> str:
     """The change of the model's query since the last step, with weights (plan.py's form):
 
@@ -374,19 +367,20 @@ def recovery_sql(
     from dbt.adapters.streamsql.planning.binding import parse_query
 
     try:
-        query = parse_query(ctx.compiled_sql)
+        query = parse_query(step.compiled_sql)
     except Exception:
         query = None  # recompute_change_sql then finds the inputs by their tokens
-    recompute = recompute_change_sql(ctx.compiled_sql, query, plan.inputs, plan.output_columns)
+    recompute = recompute_change_sql(step.compiled_sql, query, plan.inputs, plan.output_columns)
     # under 'ignore' the table lacks the query's new columns, which the step does not write
     recompute = pad_target(recompute, columns, plan.output_columns)
     cols = sql.column_list(columns)
     parts = [f"SELECT {cols}, {WEIGHT} FROM ({recompute})"]
-    model, step = ctx.model, previous.step
+    model, previous = ctx.model, step.previous
     if ctx.delta_log.exists(model.table_name("__late")):
         parts.append(
             f"SELECT {cols}, CAST(CASE WHEN _streamsql_change = 'insert' THEN -1 ELSE 1 END "
-            f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} WHERE _streamsql_step <= {step}"
+            f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} "
+            f"WHERE _streamsql_step <= {previous.step}"
         )
     unemitted = emit_final_rows(ctx, plan, columns, previous)
     if unemitted:
@@ -394,8 +388,8 @@ def recovery_sql(
     if ctx.delta_log.exists(model.table_name("__pending")):
         parts.append(
             f"SELECT {cols}, -{WEIGHT} AS {WEIGHT} FROM {model.pending_table} "
-            f"WHERE {wm.HELD_STEP} <= {step} "
-            f"AND ({wm.RELEASED_STEP} IS NULL OR {wm.RELEASED_STEP} > {step})"
+            f"WHERE {wm.HELD_STEP} <= {previous.step} "
+            f"AND ({wm.RELEASED_STEP} IS NULL OR {wm.RELEASED_STEP} > {previous.step})"
         )
     return "\nUNION ALL\n".join(parts)
 
@@ -425,15 +419,14 @@ def emit_final_rows(
 # -- state tables, rebuilt --------------------------------------------------------------------
 
 
-def rebuild_state(
-    ctx: StepContext, plan: StepPlan, writes: StepWrites, previous: StepRecord
-) -> None:
+def rebuild_state(ctx: StepContext, step: StepState, plan: StepPlan) -> None:
     """Every state table of `plan`, as a first step builds it, appended as this step's rows.
 
     The inputs are bound as a first step binds them (their versions now, all rows inserted);
     each stage is bound like an input for what reads it. Groups the table had and the inputs no
     longer give get a row with count 0, which hides their older rows (statements.latest_state).
     """
+    previous, writes = step.previous, step.writes
     for stage in plan.stages:
         table = ctx.model.stage_table(stage.name)
         groups = rebuilt_groups(ctx, f"re_{stage.name}_", table, stage.aggregate, previous)
@@ -455,7 +448,8 @@ def rebuilt_groups(
 ) -> ChangedGroups:
     cols = sql.column_list(aggregate.state_columns)
     nothing = f"SELECT {cols} FROM {table} WHERE false"  # the state table's own types
-    fresh = changed_groups(ctx, label, aggregate, nothing)  # every group, from nothing
+    # every group, from nothing: as a first step (a recovery reads every input in full)
+    fresh = changed_groups(ctx, label, aggregate, nothing, first_step=True, inserts_only=True)
     keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
     before = sql.latest_state(
         sql.state_through(table, previous.step), keys, aggregate.state_columns

@@ -92,7 +92,7 @@ def check(
 ) -> Optional[SchemaChange]:
     """Compare the query's columns with the model's; refuse what the model's setting refuses.
 
-    Writes nothing. The comparison is kept in `ctx.schema` for the step's later phases.
+    Writes nothing. The step keeps the comparison (`StepState.schema`) for its later phases.
 
     Raises:
         StepError: a column changed type; on_schema_change 'fail' and the columns changed;
@@ -115,7 +115,6 @@ def check(
                 f"or run `dbt run --full-refresh --select {model.name}` to rebuild the model "
                 f"with the new type."
             )
-    ctx.schema = change
     if not change.changed:
         return change
     described = describe(change, read)
@@ -200,13 +199,18 @@ def check_state_layout(ctx: StepContext, change: SchemaChange, plan: StepPlan) -
 
 
 def written_columns(
-    ctx: StepContext, previous: StepRecord, query: Sequence[Column]
+    ctx: StepContext,
+    change: Optional[SchemaChange],
+    previous: StepRecord,
+    query: Sequence[Column],
 ) -> List[Column]:
-    """The columns a step writes: the query's, or with 'ignore' those the model's table has."""
+    """The columns a step writes: the query's, or with 'ignore' those the model's table has.
+
+    `change`: what `check` found this step (None: not compared, as in a step being finished)."""
     if ctx.model.on_schema_change != "ignore":
         return list(query)
-    if ctx.schema is not None:
-        table = ctx.schema.table
+    if change is not None:
+        table = change.table
     elif previous.step > 0 or previous.columns:
         table = model_columns(ctx, previous)
     else:

@@ -1,0 +1,45 @@
+"""One step in flight: the record it builds on, the record it writes, and what it learned.
+
+`StepContext` (context.py) is where a step runs: the model, the SQL session, the views and
+bindings, the Delta log. `StepState` is what one step knows and decides as it goes: the step it
+follows (`previous`), the record it will commit (`record`), what it reports (`result`), what it
+writes besides the model (`writes`), and the facts one phase learns and a later one needs. The
+step (pipeline/step.py) creates it once it knows where the model stands and passes it to every
+phase after; each field below says which phase sets it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.writes import StepWrites
+from dbt.adapters.streamsql.execution.result import StepResult
+
+
+@dataclass
+class StepState:
+    """What one step of one model knows so far."""
+
+    # The model's compiled query: a recovery (recovery/lost_history.py) recomputes it.
+    compiled_sql: str
+    # The last completed step's record: where this step starts from (step 0: none yet).
+    previous: StepRecord
+    # This step's record, committed with the model's change; the phases fill it in (the
+    # waterlines: event_time/; why it recomputed: recovery/).
+    record: StepRecord
+    # What the step reports (the step line, run_results.json).
+    result: StepResult
+    # The side-table and state writes the phases describe, for the commit (commit/protocol.py).
+    writes: StepWrites = field(default_factory=StepWrites)
+    # The model's columns next to its query's (recovery/schema.check); None on a first step.
+    schema: Optional[Any] = None
+    # Set when the step is taken again because reading an input's history failed.
+    recover_reason: Optional[str] = None
+    # A first step reads every input in full: no key bounds (they would skip nothing), and
+    # delta rules in the form that reads older versions (those are empty). Set when the
+    # inputs' changes are read (pipeline/step.py), and by a recovery (it reads in full).
+    first_step: bool = False
+    # Whether the changes read so far in this step (inputs, then stages) are inserts only.
+    inserts_only: bool = True
