@@ -7,10 +7,8 @@ from typing import Optional
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.calls import (
-    aggregate_calls,
     contains_aggregate,
     function_name,
-    is_aggregate_call,
 )
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.functions import (
@@ -19,17 +17,6 @@ from dbt.adapters.streamsql.planning.functions import (
     NONDETERMINISTIC_FUNCTIONS,
 )
 from dbt.adapters.streamsql.planning.windows import window_obstacle
-
-# The aggregate rules import the call checks (calls.py) from here too.
-__all__ = [
-    "aggregate_calls",
-    "contains_aggregate",
-    "drop_ordering",
-    "function_name",
-    "is_aggregate_call",
-    "nonlinear_construct",
-    "require_linear_select",
-]
 
 # sqlglot classes for nondeterministic functions (their Spark spelling may differ from the class).
 _NONDETERMINISTIC_CLASSES = tuple(

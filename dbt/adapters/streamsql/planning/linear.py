@@ -32,7 +32,7 @@ from dbt.adapters.streamsql.planning.constructs import require_linear_select
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.joins.inner import join_terms, term_bounds
 from dbt.adapters.streamsql.planning.joins.keyed import render_from
-from dbt.adapters.streamsql.planning.joins.kinds import KEYED_CONSTRUCTS, join_construct
+from dbt.adapters.streamsql.planning.joins.kinds import join_construct
 from dbt.adapters.streamsql.planning.key_ranges import bounds_on, equalities_of, key_ranges
 from dbt.adapters.streamsql.planning.plan import WEIGHT, KeyBound, bound_placeholder
 from dbt.adapters.streamsql.planning.terms import (
@@ -49,17 +49,6 @@ from dbt.adapters.streamsql.planning.terms import (
     weight_literal,
 )
 from dbt.adapters.streamsql.planning.windows import partition_keys, ranking_names, windows_of
-
-# What the aggregate rules build on: they import it from here.
-__all__ = [
-    "KEYED_CONSTRUCTS",
-    "TOP_K",
-    "DeltaBuilder",
-    "Source",
-    "Term",
-    "render_block",
-    "union_all",
-]
 
 TOP_K = "top-k per partition"
 

@@ -5,9 +5,9 @@ Strategy, by the shape of the query (docs/sql-support.md lists what the fast pat
 - "linear": projection, filter, UNION ALL, inner/cross joins, left/right/full equi-joins, semi
   and anti joins (IN / EXISTS / NOT IN / NOT EXISTS subqueries become those, `subqueries.py`),
   top-K per partition (`windows.py`), derived tables and CTEs, LATERAL VIEW generators
-  (`linear.py`);
+  (`linear.py`, the joins in `joins/`);
 - "aggregate": a GROUP BY / DISTINCT / UNION / global aggregate at the top, possibly under a
-  projection and filter, over any linear FROM clause (`aggregate.py`);
+  projection and filter, over any linear FROM clause (`aggregates/`, one rule per aggregate kind);
 - "recompute": everything else (`recompute.py`), with the construct that forced it as reason.
 
 Aggregates anywhere else in the query (below a join, below another aggregate, in a UNION ALL
