@@ -14,7 +14,11 @@ from typing import List
 
 import pytest
 
-from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.record import (
+    StepRecord,
+    legacy_fingerprint,
+    sql_fingerprint,
+)
 from dbt.adapters.streamsql.execution.errors import FAULT_INJECTION_ENV, InjectedFault
 from dbt.adapters.streamsql.execution.pipeline.step import (
     ModelSettings,
@@ -208,6 +212,44 @@ def test_a_run_whose_inputs_did_not_change_is_not_a_step_and_plans_nothing():
     assert result.skipped and result.step == 1 and result.plan == "linear"
     assert roles(session, start) == INPUT_AND_MODEL + ["history demo.m"]
     assert steps_recorded(session, "demo.m") == [0, 1]
+
+
+def test_a_comment_or_new_layout_is_not_a_changed_query():
+    session = new_session()
+    run_step(session, model("m"), AGGREGATE)
+    session.append_to("demo.src")
+    edited = (
+        "-- counts per key\nselect k,\n       count(*) as n, /* the total */ sum(v) as total,"
+        "\n       max(v) as hi\nfrom demo.src\ngroup by k"
+    )
+    assert run_step(session, model("m"), edited).step == 2
+
+
+def test_a_changed_query_names_the_clause_that_changed():
+    session = new_session()
+    run_step(session, model("m"), LINEAR)
+    session.append_to("demo.src")
+    with pytest.raises(StepError) as refused:
+        run_step(session, model("m"), LINEAR.replace("k is not null", "k > 0"))
+    message = str(refused.value)
+    assert "Model m: its SQL changed since step 1 (its WHERE clause)" in message
+    assert "--full-refresh --select m" in message
+
+
+def test_a_record_with_the_fingerprint_of_earlier_versions_continues_and_is_upgraded():
+    """Records made before the canonical fingerprint hash the text, whitespace collapsed: such
+    a model takes its next step without a full refresh, and records the new fingerprint."""
+    session = new_session()
+    run_step(session, model("m"), LINEAR)
+    last = session.commits("demo.m")[-1]
+    record = StepRecord.from_json(last["userMetadata"])
+    record.sql_fingerprint, record.sql_clauses = legacy_fingerprint(LINEAR), {}
+    last["userMetadata"] = record.to_json()
+    session.append_to("demo.src")
+    assert run_step(session, model("m"), LINEAR).step == 2
+    upgraded = StepRecord.from_json(session.commits("demo.m")[-1]["userMetadata"])
+    assert upgraded.sql_fingerprint == sql_fingerprint(LINEAR) != legacy_fingerprint(LINEAR)
+    assert set(upgraded.sql_clauses) == {"SELECT list", "FROM clause", "WHERE clause"}
 
 
 def test_an_aggregate_step_commits_the_model_then_appends_its_state():

@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit import history
 from dbt.adapters.streamsql.execution.commit.record import StepRecord, sql_fingerprint
+from dbt.adapters.streamsql.execution.commit.tables import sql_changed
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.errors import StepError
@@ -99,12 +100,9 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
     if last is not None:
         for reading in found.inputs:
             reading.last_version = last.input_versions.get(reading.name)
-        if last.sql_fingerprint != fingerprint:
-            found.problem = (
-                f"Model {model.name}: its SQL changed since step {last.step}, so its table no "
-                f"longer matches its query. Run `dbt run --full-refresh --select {model.name}` "
-                "to rebuild it from its inputs."
-            )
+        changed = sql_changed(model.name, last, compiled_sql)
+        if changed:
+            found.problem = changed
         pending = model.table_name("__pending")
         if rules.watermark and ctx.delta_log.exists(pending):
             found.held = int(ctx.session.query(held_count(model.pending_table))[0]["n"])

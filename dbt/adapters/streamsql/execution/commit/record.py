@@ -12,12 +12,45 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
+from dbt.adapters.streamsql.planning.fingerprint import (
+    canonical_sql,
+    clause_texts,
+    whitespace_collapsed,
+)
+
 RECORD_KEY = "streamsql"
 FORMAT_VERSION = 1
 
 
+def _digest(text: str, length: int = 16) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
 def sql_fingerprint(sql: str) -> str:
-    return hashlib.sha256(" ".join(sql.split()).encode()).hexdigest()[:16]
+    """The fingerprint of the query's meaning: its canonical form (planning/fingerprint.py)."""
+    return _digest(canonical_sql(sql))
+
+
+def legacy_fingerprint(sql: str) -> str:
+    """The fingerprint records made before the canonical form: the text, whitespace collapsed.
+    A model whose record carries it continues without a full refresh."""
+    return _digest(whitespace_collapsed(sql))
+
+
+def clause_fingerprints(sql: str) -> Dict[str, str]:
+    """A short fingerprint of each top-level clause: what a changed query's error names."""
+    return {name: _digest(text, 8) for name, text in clause_texts(sql).items()}
+
+
+def changed_clauses(recorded: Mapping[str, str], sql: str) -> List[str]:
+    """The clauses of `sql` that differ from those `recorded` (empty when nothing was recorded
+    or nothing can be named)."""
+    if not recorded:
+        return []
+    now = clause_fingerprints(sql)
+    return [
+        name for name in dict.fromkeys([*recorded, *now]) if recorded.get(name) != now.get(name)
+    ]
 
 
 @dataclass
@@ -25,6 +58,9 @@ class StepRecord:
     step: int
     run_id: str
     sql_fingerprint: str
+    # A fingerprint per top-level clause of the query (`clause_fingerprints`), to name the
+    # clause that changed; empty in records made before it was kept.
+    sql_clauses: Dict[str, str] = field(default_factory=dict)
     # The run that (re)created the model's table. Delta remembers idempotent-write versions across
     # CREATE OR REPLACE, so the idempotency key must change when the table is rebuilt.
     incarnation: str = ""
@@ -68,6 +104,7 @@ class StepRecord:
             step=self.step + 1,
             run_id=run_id,
             sql_fingerprint=self.sql_fingerprint,
+            sql_clauses=dict(self.sql_clauses),
             incarnation=self.incarnation,
             input_versions=input_versions,
             state_tables=list(self.state_tables),
@@ -83,7 +120,11 @@ class StepRecord:
             emit_final=self.emit_final,
         )
 
-    def unchanged(self, sql_fingerprint: str, input_versions: Dict[str, int]) -> bool:
+    def same_sql(self, sql: str) -> bool:
+        """Whether `sql` means the query this record's steps ran (comments and layout aside)."""
+        return self.sql_fingerprint in (sql_fingerprint(sql), legacy_fingerprint(sql))
+
+    def unchanged(self, sql: str, input_versions: Dict[str, int]) -> bool:
         """Whether a run of the same SQL over inputs at these versions has nothing to do.
 
         Only for records that say which plan they ran (the run reports it without planning).
@@ -91,8 +132,8 @@ class StepRecord:
         return (
             self.step > 0
             and bool(self.plan)
-            and self.sql_fingerprint == sql_fingerprint
             and self.input_versions == input_versions
+            and self.same_sql(sql)
         )
 
     def to_json(self) -> str:

@@ -13,7 +13,12 @@ from __future__ import annotations
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit import side_tables as side
-from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.record import (
+    StepRecord,
+    changed_clauses,
+    clause_fingerprints,
+    sql_fingerprint,
+)
 from dbt.adapters.streamsql.execution.commit.transactions import with_record, with_settings
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
@@ -33,12 +38,26 @@ STATE_LAYOUT = "log"  # how state tables keep their rows (progress.StepRecord.st
 COMPACT_AFTER_STEPS = 100
 
 
+def sql_changed(model: str, last: StepRecord, compiled_sql: str) -> Optional[str]:
+    """Why the model's table no longer matches its query, when its query changed in meaning
+    since step `last` (comments and layout do not count); None when it did not."""
+    if last.same_sql(compiled_sql):
+        return None
+    clauses = changed_clauses(last.sql_clauses, compiled_sql)
+    which = f" (its {', '.join(clauses)})" if clauses else ""
+    return (
+        f"Model {model}: its SQL changed since step {last.step}{which}, so its table no longer "
+        "matches its query. Run `dbt run --full-refresh --select "
+        f"{model}` to rebuild it from its inputs. (Comments and layout are not a change.)"
+    )
+
+
 def prepare_target(
     ctx: StepContext,
     plan: StepPlan,
     inputs: Sequence[InputState],
     output_columns: Sequence[Column],
-    fingerprint: str,
+    compiled_sql: str,
     rules: "EventTimeRules",
     last: Optional[StepRecord],
 ) -> StepRecord:
@@ -46,12 +65,9 @@ def prepare_target(
     (a first or full-refresh run, see `last_step`)."""
     model = ctx.model
     if last is not None:
-        if last.sql_fingerprint != fingerprint:
-            raise StepError(
-                f"Model {model.name}: its SQL changed since step {last.step}, so its "
-                "table no longer matches its query. Run `dbt run --full-refresh --select "
-                f"{model.name}` to rebuild it from its inputs."
-            )
+        changed = sql_changed(model.name, last, compiled_sql)
+        if changed:
+            raise StepError(changed)
         require_state_tables(ctx, plan, last)
         # LATENESS or WATERMARK may have been added to the config since the last step.
         create_event_time_tables(ctx, output_columns, rules, replace=False)
@@ -61,7 +77,8 @@ def prepare_target(
     record = StepRecord(
         step=0,
         run_id=ctx.run_id,
-        sql_fingerprint=fingerprint,
+        sql_fingerprint=sql_fingerprint(compiled_sql),
+        sql_clauses=clause_fingerprints(compiled_sql),
         incarnation=ctx.run_id,
         state_layout=STATE_LAYOUT,
         emit_final=bool(model.emit_final),

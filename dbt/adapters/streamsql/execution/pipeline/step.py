@@ -33,7 +33,11 @@ from typing import Callable, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.commit import history, tables
 from dbt.adapters.streamsql.execution.commit.protocol import commit_step, write_side_tables
-from dbt.adapters.streamsql.execution.commit.record import StepRecord, sql_fingerprint
+from dbt.adapters.streamsql.execution.commit.record import (
+    StepRecord,
+    clause_fingerprints,
+    sql_fingerprint,
+)
 from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.commit.writes import ModelChange
 from dbt.adapters.streamsql.execution.context import StepContext
@@ -123,7 +127,6 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
     # 1. inputs, and where the model stands: a step a crash left unfinished is finished first;
     # a run whose inputs did not change since the last step stops here
     read = inputs.describe_inputs(ctx, compiled_sql)
-    fingerprint = sql_fingerprint(compiled_sql)
     versions = {i.table.name: i.version for i in read}
     last = history.last_step(ctx)
     if last is not None:
@@ -136,7 +139,7 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
             )
     if (
         last is not None
-        and last.unchanged(fingerprint, versions)
+        and last.unchanged(compiled_sql, versions)
         and faults.same_tables(last, read)
     ):
         return StepResult(
@@ -155,7 +158,7 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
     emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)
     compared = schema.check(ctx, last, decided.output_columns, read)
     previous = tables.prepare_target(
-        ctx, plan, read, decided.output_columns, fingerprint, rules, last
+        ctx, plan, read, decided.output_columns, compiled_sql, rules, last
     )
     if (
         previous.step > 0
@@ -182,6 +185,9 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
         recover_reason=recover_reason,
     )
     step.record.plan, step.record.reason = name, plan.reason
+    # a record made before the canonical fingerprint (record.py) carries it from now on
+    step.record.sql_fingerprint = sql_fingerprint(compiled_sql)
+    step.record.sql_clauses = clause_fingerprints(compiled_sql)
     step.record.emit_final = ctx.model.emit_final  # a change since the last step was refused
     tables.compact_state_tables(ctx, plan, previous, step.record)
 
