@@ -1,4 +1,4 @@
-"""SPEC section 6: two `dbt run`s at the same time on the same models.
+"""Two `dbt run`s at the same time on the same models (docs/steps.md, "Two runs at the same time").
 
 A batch is appended to the models' source first (a `dbt run` of a feeder project, whose
 on-run-start hooks write it; two such writers at once would conflict in Delta themselves, which is

@@ -1,5 +1,5 @@
-"""SPEC section 6: a step that fails at any point is completed exactly once by the next run,
-and no table ever shows part of a step.
+"""A step that fails at any point is completed exactly once by the next run, and no table ever
+shows part of a step (docs/steps.md, "How a step commits" and "What a crash leaves").
 
 The step's test-only fault switch (`STREAMSQL_TEST_FAIL_AT`) makes a step fail at one of its named
 checkpoints. For each checkpoint a linear and an aggregate step reach (and, for a query over an

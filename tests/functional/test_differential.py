@@ -1,9 +1,10 @@
-"""SPEC section 1 on random histories: after every step, every incremental view equals its SELECT.
+"""docs/steps.md's guarantee on random histories: after every step, every incremental view
+equals its SELECT.
 
 A seeded generator changes three source Delta tables step after step (inserts, deletes, updates,
 exact duplicate rows, NULL keys and values, rows inserted and deleted within one step, updates of
 join and group keys). Each step is one `dbt run` of one project holding a model for every
-fast-path construct of SPEC section 3 (top-K per partition, IN / EXISTS / NOT IN / NOT EXISTS
+fast-path construct of docs/sql-support.md (top-K per partition, IN / EXISTS / NOT IN / NOT EXISTS
 subqueries, FULL and RIGHT joins included), aggregates below joins and other aggregates
 (stages), plus a few that must fall back to recompute. After each step
 every model's table is compared, as a multiset, with its compiled SELECT evaluated from scratch,

@@ -1,4 +1,5 @@
-"""SPEC section 4 (LATENESS) on random histories, against an oracle that applies the rule itself.
+"""LATENESS on random histories, against an oracle that applies the rule itself (the rule:
+docs/lateness-and-watermark.md).
 
 The differential test of `test_differential.py`, extended with lateness. A seeded generator moves
 event time forward step by step with disorder: most new rows are a little behind the clock, some
@@ -6,7 +7,8 @@ far behind, some have a NULL event time, some are far in the future; rows from s
 are updated and deleted (late deletes), exact duplicates arrive (changes of weight 2), and a
 dimension table changes under a stream-table join. Each step is one `dbt run`.
 
-The oracle follows SPEC section 4 literally, in Python, for every model with `lateness`:
+The oracle follows the rule of docs/lateness-and-watermark.md literally, in Python, for every
+model with `lateness`:
 
 - the step's changes D(n) = Q(inputs after step n) - Q(inputs after step n-1), a signed multiset,
   where Q is the model's SELECT evaluated from scratch by Spark on the inputs (Q before the first
@@ -365,7 +367,7 @@ def signed_difference(now: Counter, before: Counter) -> Dict[tuple, int]:
 
 
 class LatenessOracle:
-    """SPEC section 4 for one model with one lateness column, step by step."""
+    """The LATENESS rule for one model with one lateness column, step by step."""
 
     def __init__(self, name: str, rule: Rule, columns: Sequence[str]) -> None:
         self.name, self.rule, self.columns = name, rule, list(columns)

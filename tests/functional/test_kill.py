@@ -1,4 +1,5 @@
-"""SPEC section 6 under kill -9: `dbt run` processes killed at random moments, JVM and all.
+"""docs/steps.md's "What a crash leaves" under kill -9: `dbt run` processes killed at random
+moments, JVM and all.
 
 Each run first appends a batch to the source (an on-run-start hook: some rows are late, some
 have no event time), then takes a step of two models: an aggregate with LATENESS (state table,

@@ -1,4 +1,5 @@
-"""LATENESS (SPEC section 4) on real Spark + Delta: seed 001's reference example and friends."""
+"""LATENESS (docs/lateness-and-watermark.md) on real Spark + Delta: seed 001's reference example
+and friends."""
 
 import pytest
 from dbt.tests.util import run_dbt

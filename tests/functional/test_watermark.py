@@ -1,4 +1,5 @@
-"""WATERMARK (SPEC section 5): held changes, release, LATENESS after release, flush."""
+"""WATERMARK (docs/lateness-and-watermark.md): held changes, release, LATENESS after release,
+flush."""
 
 import pytest
 from dbt.tests.util import run_dbt

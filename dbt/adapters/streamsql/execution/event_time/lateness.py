@@ -1,4 +1,6 @@
-"""LATENESS (SPEC section 4, after Feldera): which changes of a step are late, and the waterline.
+"""LATENESS (after Feldera): which changes of a step are late, and the waterline.
+
+The rule as users see it: docs/lateness-and-watermark.md, section LATENESS.
 
 For a lateness column c with lateness L, a step n:
 - classifies each change of the model: NULL in c -> `null`; c more than `max_future` after now ->

@@ -1,4 +1,6 @@
-"""WATERMARK (SPEC section 5, after Feldera): hold a change until the data has moved past it.
+"""WATERMARK (after Feldera): hold a change until the data has moved past it.
+
+The rule as users see it: docs/lateness-and-watermark.md, section WATERMARK.
 
 For a watermark column c with delay W, a change with value X in c is held until some change with
 value >= X + W has been seen (in this or an earlier step); it is then applied in that step, as if

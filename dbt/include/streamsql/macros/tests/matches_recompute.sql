@@ -1,7 +1,7 @@
 {#
   Generic test: an incremental view holds what its SELECT gives when recomputed from scratch over
-  the current contents of its inputs (SPEC section 1), except for what LATENESS quarantined and
-  WATERMARK still holds.
+  the current contents of its inputs, except for what LATENESS quarantined and WATERMARK still
+  holds (the guarantee stated in docs/steps.md, "The guarantee").
 
     models:
       - name: hourly_spend
