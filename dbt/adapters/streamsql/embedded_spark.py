@@ -8,12 +8,12 @@ survive from one `dbt run` to the next.
 The embedded Derby metastore admits one process at a time. Rather than letting a second `dbt run`
 die on Derby's "another instance may have booted the database", the process holds an exclusive
 lock on the warehouse for as long as it lives and a second process waits for it (with progress
-messages) up to `lock_timeout` seconds, then fails with a message that says what to do.
+messages) up to `lock_timeout` seconds, then fails with a message that says what to do. The lock is
+`filelock`'s, which takes the OS's own file lock on POSIX and on Windows alike.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
@@ -21,11 +21,12 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Dict, Optional
+from typing import Any, Dict, Optional
 from urllib.parse import urlparse
 
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
+from filelock import FileLock, Timeout
 
 logger = AdapterLogger("StreamSQL")
 
@@ -167,7 +168,7 @@ class SessionSettings:
 _session: Any = None
 _session_settings: Optional[SessionSettings] = None
 _startup_error: Optional[DbtRuntimeError] = None
-_warehouse_lock: Optional[IO[str]] = None
+_warehouse_lock: Optional[FileLock] = None
 _session_guard = threading.Lock()
 
 
@@ -229,38 +230,52 @@ def _lock_warehouse(settings: SessionSettings) -> None:
     global _warehouse_lock
     if _warehouse_lock is not None:
         return  # this process holds it already
-    path = os.path.join(settings.warehouse_dir, ".streamsql.lock")
-    handle = open(path, "a+")
-    deadline = time.monotonic() + settings.lock_timeout
-    announced = 0.0
-    while True:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            now = time.monotonic()
-            if now >= deadline:
-                handle.seek(0)
-                holder = handle.read().strip() or "unknown"
-                handle.close()
+    _warehouse_lock = acquire_warehouse_lock(settings.warehouse_dir, settings.lock_timeout)
+
+
+def acquire_warehouse_lock(warehouse_dir: str, timeout: int) -> FileLock:
+    """The exclusive lock on `warehouse_dir`, once no other process holds it.
+
+    Waits up to `timeout` seconds (not at all if 0 or less), logging every 30 s, then raises an
+    error that names the holder. The lock is `<warehouse_dir>/.streamsql.lock`, the file that the
+    earlier, fcntl-based versions of the adapter locked, so the two exclude each other on POSIX.
+    The holder's pid is written beside it, in `.streamsql.lock.holder`: on Windows no other process
+    can read a locked file. The caller keeps the returned lock; the process's end releases it.
+    """
+    path = os.path.join(warehouse_dir, ".streamsql.lock")
+    # thread_local=False: the lock belongs to the process, not to the dbt thread that took it.
+    lock = FileLock(path, thread_local=False)
+    deadline = time.monotonic() + timeout
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise DbtRuntimeError(
-                    f"The warehouse {settings.warehouse_dir} is in use by another process "
-                    f"({holder}) and stayed locked for {settings.lock_timeout} s. The embedded "
+                    f"The warehouse {warehouse_dir} is in use by another process "
+                    f"({_warehouse_holder(path)}) and stayed locked for {timeout} s. The embedded "
                     "metastore serves one process at a time: wait for that run to finish, raise "
                     "`lock_timeout` in the profile, or run concurrent jobs against a shared "
                     "metastore (method: thrift, or hive.metastore.uris)."
-                )
-            if now - announced >= 30:
-                logger.info(
-                    f"Waiting for another process to release the warehouse {settings.warehouse_dir}"
-                )
-                announced = now
-            time.sleep(0.5)
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}")
-    handle.flush()
-    _warehouse_lock = handle
+                ) from None
+            logger.info(f"Waiting for another process to release the warehouse {warehouse_dir}")
+            try:
+                lock.acquire(timeout=min(remaining, 30), poll_interval=0.5)
+                break
+            except Timeout:
+                continue
+    with open(path + ".holder", "w") as holder:
+        holder.write(f"pid {os.getpid()}")
+    return lock
+
+
+def _warehouse_holder(lock_path: str) -> str:
+    try:
+        with open(lock_path + ".holder") as holder:
+            return holder.read().strip() or "unknown"
+    except OSError:
+        return "unknown"
 
 
 def _start_session(settings: SessionSettings) -> Any:
