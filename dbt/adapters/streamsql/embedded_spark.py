@@ -282,7 +282,12 @@ def _start_session(settings: SessionSettings) -> Any:
     from pyspark.sql import SparkSession
 
     conf = settings.spark_conf()
-    packages = conf.get("spark.jars.packages", "the jars named in spark.jars")
+    packages = (
+        f"Spark resolves {conf['spark.jars.packages']} and its dependencies from Maven Central "
+        "on first use and caches them under ~/.ivy2*"
+        if "spark.jars.packages" in conf
+        else "spark.jars names them, and must name every jar Delta needs, each on disk"
+    )
     builder = SparkSession.builder.master(settings.master).enableHiveSupport()
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -294,10 +299,11 @@ def _start_session(settings: SessionSettings) -> Any:
         raise DbtRuntimeError(
             "The embedded Spark session could not start. The usual causes:\n"
             "  1. Java: dbt-streamsql needs Java 17+ (`java -version`).\n"
-            f"  2. Delta Lake's jars: Spark resolves {packages} from Maven "
-            "Central on first use and caches it under ~/.ivy2*. Without network access, download "
-            "the jars elsewhere (e.g. `mvn dependency:copy`) and list them in the profile: "
-            "server_side_parameters: {spark.jars: /path/delta-spark.jar,/path/delta-storage.jar}.\n"
+            f"  2. Delta Lake's jars: {packages}. Without network "
+            "access, copy all of them (~/.ivy2.5.2/jars/ after a first start on a machine with "
+            "network; delta-spark and delta-storage alone are not enough) and name them in the "
+            'profile: server_side_parameters: {spark.jars: "/path/delta-jars/*.jar"} '
+            "(docs/configuration.md, 'Without network access to Maven Central').\n"
             "Look above for 'unresolved dependency' or Java errors.\n"
             f"Spark said: {exc}"
         ) from exc
