@@ -1,6 +1,9 @@
-"""A project's override of a side table's macro, and the step's SQL in target/run/, on real Spark.
+"""A project's override of a side table's macro, the step's SQL in target/run/, and
+location_root, on real Spark.
 
-One project, two steps of one LATENESS model. The project overrides `create_late_table` (adding
+One project, two steps of a LATENESS model and of an aggregate with LATENESS and WATERMARK whose
+location_root lies outside the warehouse: every one of its tables (model, state, `__late`,
+`__waterline`, `__pending`) is created there. The project overrides `create_late_table` (adding
 a table property taken from the model's config): the `__late` table has it, the `__waterline`
 table (default macro) has not. After each `dbt run`, target/run/ holds the statements the step
 sent, each after a comment of its role: exactly the statements dbt.log logs for the model, in
@@ -31,10 +34,19 @@ MODEL = """
 select id, ts, v from {{ source('raw', 'events') }} where v >= 0
 """
 
+LOCATED = """
+{{ config(materialized='incremental_view', location_root=var('located_root'),
+          lateness={'hour': 'INTERVAL 1 HOUR'}, watermark={'hour': 'INTERVAL 1 HOUR'}) }}
+select date_trunc('hour', ts) as hour, count(*) as n, sum(v) as total
+from {{ source('raw', 'events') }} group by date_trunc('hour', ts)
+"""
+
+# Takes the location a model with location_root passes (docs/macros-and-tests.md).
 OVERRIDE = """
-{% macro streamsql__create_late_table(relation, columns, replace) -%}
+{% macro streamsql__create_late_table(relation, columns, replace, location=none) -%}
   {{ return(streamsql_side_table_ddl(relation, columns, replace,
-            properties={'streamsql.test.owner': config.get('meta', {}).get('owner', 'nobody')})) }}
+            properties={'streamsql.test.owner': config.get('meta', {}).get('owner', 'nobody')},
+            location=location)) }}
 {%- endmacro %}
 """
 
@@ -59,7 +71,15 @@ def dbt_log_statements(logs_dir, node_id):
 class TestSideTableMacrosAndRunSql:
     @pytest.fixture(scope="class")
     def models(self):
-        return {"sources.yml": SOURCES, "events_on_time.sql": MODEL}
+        return {"sources.yml": SOURCES, "events_on_time.sql": MODEL, "located.sql": LOCATED}
+
+    @pytest.fixture(scope="class")
+    def located_root(self, tmp_path_factory):
+        return str(tmp_path_factory.mktemp("lake") / "views")
+
+    @pytest.fixture(scope="class")
+    def project_config_update(self, located_root):
+        return {"vars": {"located_root": located_root}}
 
     @pytest.fixture(scope="class")
     def macros(self):
@@ -83,7 +103,9 @@ class TestSideTableMacrosAndRunSql:
             project.run_sql(f"insert into {source} values {rows}")
             if taken:
                 project.run_sql(f"update {source} set v = 20 where id = 2")
-            (result,) = run_dbt(["--log-format-file", "json", "run"])
+            results = run_dbt(["--log-format-file", "json", "run"])
+            assert len(results) == 2 and all(r.status == "success" for r in results)
+            (result,) = [r for r in results if r.node.unique_id == node]
             with open(run_file) as written:
                 text = written.read()
             taken.append((result.adapter_response, text, dbt_log_statements(logs_dir, node)))
@@ -124,6 +146,21 @@ class TestSideTableMacrosAndRunSql:
         assert "LATENESS: the change, each row on time, late, null or future" in roles
         first = [role for role, _ in read_script(steps[0][1])]
         assert f"create the LATENESS quarantine {model[:-1]}__late`, empty" in first
+
+    def test_every_table_of_a_model_lies_under_its_location_root(
+        self, project, steps, located_root
+    ):
+        schema = project.test_schema
+        warehouse = project.run_sql(f"describe detail {schema}.events_on_time", fetch="one")
+        suffixes = ["", "__streamsql_state", "__late", "__waterline", "__pending"]
+        for suffix in suffixes:
+            detail = project.run_sql(f"describe detail {schema}.located{suffix}", fetch="one")
+            wanted = f"{located_root}/located{suffix}"
+            # DESCRIBE DETAIL's row: its `location` is a file: URI ending with the path
+            assert any(str(v).rstrip("/").endswith(wanted) for v in detail), (suffix, detail)
+        assert located_root not in str(warehouse)  # a model without it stays in the warehouse
+        hours = project.run_sql(f"select count(*) from {schema}.located", fetch="one")[0]
+        assert hours >= 1
 
     def test_dbt_compile_still_shows_the_select(self, project, steps):
         run_dbt(["compile", "--select", "events_on_time"])

@@ -121,6 +121,27 @@ def test_the_ddl_macro_takes_more_properties_and_a_location():
     )
 
 
+@pytest.mark.parametrize("kind", sorted(TABLES))
+def test_a_model_with_location_root_gets_each_side_table_under_it(kind):
+    name, columns = TABLES[kind]
+    located = statements("", {}).create_table(
+        kind, "demo", name, columns, True, location=f"s3a://lake/views/{name}"
+    )
+    assert located == sql.create_table(
+        f"`demo`.`{name}`", columns, location=f"s3a://lake/views/{name}"
+    )
+
+
+def test_an_override_without_location_still_serves_models_without_location_root():
+    """Overrides written before location_root reached the side tables take three arguments."""
+    project = """
+{% macro streamsql__create_late_table(relation, columns, replace) -%}
+  {{ return(default__create_late_table(relation, columns, replace) ~ ' -- mine') }}
+{%- endmacro %}
+"""
+    assert ddl(side.LATE, replace=True, project=project).endswith(" -- mine")
+
+
 def test_a_project_override_of_one_table_is_dispatched_first_and_sees_the_models_config():
     project = """
 {% macro streamsql__create_late_table(relation, columns, replace) -%}

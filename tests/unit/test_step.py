@@ -378,6 +378,27 @@ def test_a_staged_step_maintains_the_stage_first_and_binds_it_as_an_input():
     assert record.state_tables == ["stage0"] and record.side_writes == ["__streamsql_stage0"]
 
 
+def test_every_table_of_a_model_with_location_root_is_created_under_it():
+    session = new_session(("demo.events", EVENTS))
+    session.column_types["ws"] = "timestamp"
+    settings = model(
+        "lw",
+        lateness={"ws": "INTERVAL 1 HOUR"},
+        watermark={"ws": "INTERVAL 1 HOUR"},
+        location="s3a://lake/views/lw",
+    )
+    run_step(session, settings, LATE_WINDOW)
+    created = {
+        re.match(r"CREATE (?:OR REPLACE TABLE|TABLE IF NOT EXISTS) `demo`\.`(\w+)`", s).group(1): s
+        for s in session.statements
+        if s.startswith("CREATE OR REPLACE TABLE") or s.startswith("CREATE TABLE IF NOT")
+    }
+    suffixes = ["", "__streamsql_state", "__late", "__waterline", "__pending"]
+    assert sorted(created) == sorted(f"lw{suffix}" for suffix in suffixes)
+    for suffix in suffixes:
+        assert f" LOCATION 's3a://lake/views/lw{suffix}' " in created[f"lw{suffix}"], suffix
+
+
 def test_a_lateness_step_commits_the_model_then_its_waterline_quarantine_and_state():
     session = new_session(("demo.events", EVENTS))
     session.column_types["ws"] = "timestamp"

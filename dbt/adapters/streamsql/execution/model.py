@@ -42,6 +42,11 @@ class ModelSettings:
         """The quoted name of the model's table, or of one of its side tables."""
         return f"{sql.quote(self.schema)}.{sql.quote(self.identifier + suffix)}"
 
+    def location_of(self, suffix: str = "") -> Optional[str]:
+        """Where the model's table, or one of its side or state tables, is created: under the
+        model's `location_root` (configs.py) beside the model's own; None: the warehouse's."""
+        return f"{self.location}{suffix}" if self.location else None
+
     def table_name(self, suffix: str = "") -> str:
         """The unquoted name of the model's table, or of one of its side tables."""
         return f"{self.schema}.{self.identifier + suffix}"

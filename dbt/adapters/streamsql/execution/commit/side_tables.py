@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import jinja2
 
@@ -71,15 +71,24 @@ class SideTableSql:
         self._relation = relation
 
     def create_table(
-        self, kind: str, schema: str, identifier: str, columns: Sequence[Column], replace: bool
+        self,
+        kind: str,
+        schema: str,
+        identifier: str,
+        columns: Sequence[Column],
+        replace: bool,
+        location: Optional[str] = None,
     ) -> str:
-        """CREATE OR REPLACE (`replace`) or CREATE TABLE IF NOT EXISTS of a side table."""
+        """CREATE OR REPLACE (`replace`) or CREATE TABLE IF NOT EXISTS of a side table, at
+        `location` when given (the model's location_root)."""
+        where = {"location": location} if location else {}
         return self._statement(
             f"streamsql_create_{kind}_table",
             schema,
             identifier,
             columns=list(columns),
             replace=bool(replace),
+            **where,
         )
 
     def append_late_rows(

@@ -85,7 +85,10 @@ def prepare_target(
     )
     views = describe_views(inputs, plan.stages)
     for name, aggregate in state_aggregates(plan):
-        create_state_table(ctx, model.table(f"__streamsql_{name}"), aggregate, views)
+        suffix = f"__streamsql_{name}"
+        create_state_table(
+            ctx, model.table(suffix), aggregate, views, location=model.location_of(suffix)
+        )
         record.state_tables.append(name)
     with ctx.role(f"create the model's table {model.target}, empty (step 0)"):
         with_record(
@@ -129,7 +132,12 @@ def create_event_time_tables(
         )
     for kind, suffix, columns, what in tables:
         statement = ctx.side_sql.create_table(
-            kind, model.schema, model.identifier + suffix, columns, replace
+            kind,
+            model.schema,
+            model.identifier + suffix,
+            columns,
+            replace,
+            model.location_of(suffix),
         )
         how = "empty" if replace else "if missing"
         with ctx.role(f"create the {what} {model.table(suffix)}, {how}"):
@@ -149,9 +157,14 @@ def create_event_time_tables(
 
 
 def create_state_table(
-    ctx: StepContext, table: str, aggregate: AggregatePlan, describe_views: Mapping[str, str]
+    ctx: StepContext,
+    table: str,
+    aggregate: AggregatePlan,
+    describe_views: Mapping[str, str],
+    location: Optional[str] = None,
 ) -> None:
-    """An empty state table for `aggregate`: its state columns and the step that wrote a row."""
+    """An empty state table for `aggregate`: its state columns and the step that wrote a row;
+    at `location` when the model has a location_root."""
     declared = list(aggregate.state_columns)
     if not all(c.data_type for c in declared):  # types the planner could not infer
         unbounded = {bound.name: "true" for bound in aggregate.bounds}
@@ -171,6 +184,7 @@ def create_state_table(
                 table,
                 declared + [Column(sql.STEP, "bigint")],
                 {"delta.enableChangeDataFeed": "false"},
+                location=location,
             )
         )
 

@@ -11,33 +11,47 @@
   Arguments: `relation` (the table, quoted when rendered), `columns` (each with `.name` and
   `.data_type`, in order; the adapter writes them by name and position, so keep all of them) and
   `replace` (true on a first or full-refresh run: CREATE OR REPLACE; false: CREATE TABLE IF NOT
-  EXISTS, a config added since). Each returns one statement.
+  EXISTS, a config added since), and `location` (the path under the model's location_root) when
+  the model has one: an override that takes no `location` still works for models without
+  location_root. Each returns one statement.
 #}
 
-{% macro streamsql_create_late_table(relation, columns, replace) -%}
-  {{ return(adapter.dispatch('create_late_table', 'dbt')(relation, columns, replace)) }}
+{% macro streamsql_create_late_table(relation, columns, replace, location=none) -%}
+  {%- if location -%}
+    {{ return(adapter.dispatch('create_late_table', 'dbt')(relation, columns, replace, location)) }}
+  {%- else -%}
+    {{ return(adapter.dispatch('create_late_table', 'dbt')(relation, columns, replace)) }}
+  {%- endif -%}
 {%- endmacro %}
 
-{% macro default__create_late_table(relation, columns, replace) -%}
-  {{ return(streamsql_side_table_ddl(relation, columns, replace)) }}
-{%- endmacro %}
-
-
-{% macro streamsql_create_waterline_table(relation, columns, replace) -%}
-  {{ return(adapter.dispatch('create_waterline_table', 'dbt')(relation, columns, replace)) }}
-{%- endmacro %}
-
-{% macro default__create_waterline_table(relation, columns, replace) -%}
-  {{ return(streamsql_side_table_ddl(relation, columns, replace)) }}
+{% macro default__create_late_table(relation, columns, replace, location=none) -%}
+  {{ return(streamsql_side_table_ddl(relation, columns, replace, location=location)) }}
 {%- endmacro %}
 
 
-{% macro streamsql_create_pending_table(relation, columns, replace) -%}
-  {{ return(adapter.dispatch('create_pending_table', 'dbt')(relation, columns, replace)) }}
+{% macro streamsql_create_waterline_table(relation, columns, replace, location=none) -%}
+  {%- if location -%}
+    {{ return(adapter.dispatch('create_waterline_table', 'dbt')(relation, columns, replace, location)) }}
+  {%- else -%}
+    {{ return(adapter.dispatch('create_waterline_table', 'dbt')(relation, columns, replace)) }}
+  {%- endif -%}
 {%- endmacro %}
 
-{% macro default__create_pending_table(relation, columns, replace) -%}
-  {{ return(streamsql_side_table_ddl(relation, columns, replace)) }}
+{% macro default__create_waterline_table(relation, columns, replace, location=none) -%}
+  {{ return(streamsql_side_table_ddl(relation, columns, replace, location=location)) }}
+{%- endmacro %}
+
+
+{% macro streamsql_create_pending_table(relation, columns, replace, location=none) -%}
+  {%- if location -%}
+    {{ return(adapter.dispatch('create_pending_table', 'dbt')(relation, columns, replace, location)) }}
+  {%- else -%}
+    {{ return(adapter.dispatch('create_pending_table', 'dbt')(relation, columns, replace)) }}
+  {%- endif -%}
+{%- endmacro %}
+
+{% macro default__create_pending_table(relation, columns, replace, location=none) -%}
+  {{ return(streamsql_side_table_ddl(relation, columns, replace, location=location)) }}
 {%- endmacro %}
 
 
