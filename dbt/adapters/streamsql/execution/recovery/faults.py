@@ -24,21 +24,13 @@ import json
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
-from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.record import CREATING_OPERATIONS, StepRecord
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import Commit, name_parts
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
 
 # Operations after which an input is another table than the one the last step read.
-REPLACING = {
-    "CREATE TABLE",
-    "CREATE OR REPLACE TABLE",
-    "REPLACE TABLE",
-    "CREATE TABLE AS SELECT",
-    "CREATE OR REPLACE TABLE AS SELECT",
-    "REPLACE TABLE AS SELECT",
-    "RESTORE",
-}
+REPLACING = CREATING_OPERATIONS | {"RESTORE"}
 # Schema changes Delta cannot read a change feed across.
 UNREADABLE_ACROSS = {
     "RENAME COLUMN": "renamed a column",
