@@ -4,7 +4,8 @@ Two LATENESS models over two sources take the same two steps: `fresh` gets rows 
 minutes before now and none of them late; `stale` gets rows from 2020 and, in its second step,
 ten rows below its waterline. late_rows_at_most and waterline_within pass on the first and fail
 on the second. Three more models read them, one per plan (aggregate, stages, recompute), and
-streamsql_explain describes each.
+streamsql_explain describes each. A versioned model (two versions) and two models that read one
+version each: the operations and matches_recompute find the version they are asked for.
 """
 
 import re
@@ -45,6 +46,22 @@ join (select id, count(*) as n from {{ ref('stale') }} group by id) as s on f.id
 {{ config(materialized='incremental_view') }}
 select id, v from {{ ref('fresh') }} order by v desc limit 3
 """,
+    "versioned_v1.sql": """
+{{ config(materialized='incremental_view') }}
+select id, v from {{ ref('fresh') }}
+""",
+    "versioned_v2.sql": """
+{{ config(materialized='incremental_view') }}
+select id, v * 2 as v2 from {{ ref('fresh') }}
+""",
+    "reads_v1.sql": """
+{{ config(materialized='incremental_view') }}
+select id, v from {{ ref('versioned', v=1) }} where v > 5
+""",
+    "reads_v2.sql": """
+{{ config(materialized='incremental_view') }}
+select id, v2 from {{ ref('versioned', version=2) }} where v2 > 5
+""",
     # never built: for streamsql_explain's errors and its "not run yet"
     "never_run.sql": EVENTS % "fresh_events",
     "plain.sql": "{{ config(materialized='view') }} select 1 as x",
@@ -61,6 +78,13 @@ models:
           arguments: {column: ts, interval: "INTERVAL 1 DAY"}
       - waterline_within:
           arguments: {column: ts, interval: "INTERVAL 2 HOURS", behind: max}
+  - name: versioned
+    latest_version: 2
+    versions: [{v: 1}, {v: 2}]
+  - name: reads_v1
+    data_tests: [matches_recompute]
+  - name: reads_v2
+    data_tests: [matches_recompute]
   - name: stale
     data_tests:
       - late_rows_at_most:
@@ -174,11 +198,38 @@ class TestOperations:
             "2020-01-01 10:22:00",
         )
 
-    def explain(self, capsys, model):
+    def explain(self, capsys, model, args=""):
         """The operation's text, white space collapsed (long lines are wrapped)."""
         capsys.readouterr()
-        run_dbt(["run-operation", "streamsql_explain", "--args", f"{{model: {model}}}"])
+        run_dbt(["run-operation", "streamsql_explain", "--args", f"{{model: {model}{args}}}"])
         return flat(capsys.readouterr().out)
+
+    def test_a_versioned_model_is_named_with_its_version(self, project, steps, capsys):
+        schema = project.test_schema
+        for model, args, table in [
+            ("versioned", ", v: 2", "versioned_v2"),
+            ("versioned", ", v: 1", "versioned_v1"),
+            ("versioned_v1", "", "versioned_v1"),
+        ]:
+            text = self.explain(capsys, model, args)
+            assert f"streamsql_explain: {table} ({schema}.{table})" in text, (model, args)
+        _, log = run_dbt_and_capture(
+            ["run-operation", "streamsql_explain", "--args", "{model: versioned}"],
+            expect_pass=False,
+        )
+        assert (
+            "streamsql_explain: 2 models are named 'versioned': test.versioned v1, "
+            "test.versioned v2. Name one: for a version, --args '{model: versioned, v: <version>}'"
+        ) in flat(log), log
+        _, log = run_dbt_and_capture(
+            ["run-operation", "streamsql_flush", "--args", "{model: versioned, v: 1}"],
+            expect_pass=False,
+        )
+        assert "Model versioned_v1 declares no watermark: nothing is held." in log, log
+
+    def test_matches_recompute_reads_the_version_a_ref_names(self, project, steps):
+        results = run_dbt(["test", "--select", "reads_v1", "reads_v2"])
+        assert len(results) == 2 and all(r.status == "pass" for r in results)
 
     def test_explain_a_linear_model_with_lateness(self, project, steps, capsys):
         schema = project.test_schema

@@ -1,5 +1,6 @@
 {#
   dbt run-operation streamsql_explain --args '{model: hourly_spend}'
+  (a versioned model: --args '{model: orders, v: 2}' or '{model: orders_v2}', named_model.sql)
   Prints what the model's next step would do, without taking it: the plan and its reason, what is
   on the fast path and what is recomputed (and how to avoid it), the model's tables, the merge
   key, the LATENESS and WATERMARK rules, and the input versions the last step read and the next
@@ -10,20 +11,8 @@
   var() and env_var() read the same values, and config() renders nothing. The adapter checks the
   result against the step record: the text says whether it is the SQL the last step ran.
 #}
-{% macro streamsql_explain(model) %}
-  {%- set matches = [] -%}
-  {%- for node in graph.nodes.values() -%}
-    {%- if node.resource_type == 'model' and node.name == model -%}
-      {%- do matches.append(node) -%}
-    {%- endif -%}
-  {%- endfor -%}
-  {%- if matches | length == 0 -%}
-    {%- do exceptions.raise_compiler_error("streamsql_explain: no model named '" ~ model ~ "' in this project. Pass --args '{model: <model name>}'.") -%}
-  {%- endif -%}
-  {%- if matches | length > 1 -%}
-    {%- do exceptions.raise_compiler_error("streamsql_explain: " ~ matches | length ~ " models are named '" ~ model ~ "' (in packages " ~ (matches | map(attribute='package_name') | join(', ')) ~ ").") -%}
-  {%- endif -%}
-  {%- set node = matches[0] -%}
+{% macro streamsql_explain(model, v=none) %}
+  {%- set node = streamsql_named_model('streamsql_explain', model, v) -%}
   {%- if node.config.materialized != 'incremental_view' -%}
     {%- do exceptions.raise_compiler_error("streamsql_explain: model '" ~ model ~ "' is materialized as " ~ node.config.materialized ~ ", not incremental_view: it has no steps to explain.") -%}
   {%- endif -%}

@@ -1,19 +1,11 @@
 {#
   dbt run-operation streamsql_flush --args '{model: hourly_spend}'
+  (a versioned model: --args '{model: orders, v: 2}' or '{model: orders_v2}', named_model.sql)
   Releases every change the model's WATERMARK holds (a quiet source must not stall the output),
   as one step that goes through LATENESS like any other.
 #}
-{% macro streamsql_flush(model) %}
-  {%- set matches = [] -%}
-  {%- for node in graph.nodes.values() -%}
-    {%- if node.resource_type == 'model' and node.name == model -%}
-      {%- do matches.append(node) -%}
-    {%- endif -%}
-  {%- endfor -%}
-  {%- if matches | length != 1 -%}
-    {%- do exceptions.raise_compiler_error("streamsql_flush: no model named '" ~ model ~ "' in this project. Pass --args '{model: <model name>}'.") -%}
-  {%- endif -%}
-  {%- set node = matches[0] -%}
+{% macro streamsql_flush(model, v=none) %}
+  {%- set node = streamsql_named_model('streamsql_flush', model, v) -%}
   {%- if node.config.materialized != 'incremental_view' -%}
     {%- do exceptions.raise_compiler_error("streamsql_flush: model '" ~ model ~ "' is materialized as " ~ node.config.materialized ~ ", not incremental_view.") -%}
   {%- endif -%}

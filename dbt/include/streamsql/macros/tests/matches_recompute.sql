@@ -25,8 +25,9 @@
   SUM/AVG of doubles may differ from the recomputed one in the last bits, and a value halfway
   between two rounded values (22.9678125) can then round either way.
 
-  The query is the model's SQL with each ref() replaced by the relation it names and then rendered
-  in the test's context (source(), var(), config() work). Not supported: ephemeral refs, models
+  The query is the model's SQL with each ref() replaced by the relation it names (for a versioned
+  model, the version the ref names with v= or version=, else its latest, as dbt resolves it) and
+  then rendered in the test's context (source(), var(), config() work). Not supported: ephemeral refs, models
   whose SQL calls other macros, and the `where` config on this test.
 #}
 {% macro test_matches_recompute(model, precision=6) %}
@@ -49,15 +50,21 @@
 
   {#- its query, with each ref() replaced by the relation it names -#}
   {%- set state = {'code': node.raw_code} -%}
-  {%- set pattern = "\\bref\\(\\s*(['\"])([^'\"]+)\\1\\s*(?:,\\s*(['\"])([^'\"]+)\\3\\s*)?(?:,\\s*v(?:ersion)?\\s*=\\s*[^)]*)?\\)" -%}
+  {%- set pattern = "\\bref\\(\\s*(['\"])([^'\"]+)\\1\\s*(?:,\\s*(['\"])([^'\"]+)\\3\\s*)?(?:,\\s*v(?:ersion)?\\s*=\\s*(['\"]?)([^'\")\\s]+)\\5\\s*)?\\)" -%}
   {%- for match in modules.re.finditer(pattern, node.raw_code) -%}
     {%- set package = match.group(2) if match.group(4) else none -%}
     {%- set name = match.group(4) or match.group(2) -%}
+    {%- set version = match.group(6) -%}
     {%- set targets = [] -%}
     {%- for candidate in graph.nodes.values() -%}
       {%- if candidate.resource_type in ('model', 'seed', 'snapshot') and candidate.name == name
             and (package is none or candidate.package_name == package) -%}
-        {%- do targets.append(candidate) -%}
+        {#- a versioned model: the version the ref names, or as dbt resolves it, the latest -#}
+        {%- set has_version = candidate.resource_type == 'model' and candidate.version is not none -%}
+        {%- set wanted = version if version is not none else (candidate.latest_version if has_version else none) -%}
+        {%- if not has_version or wanted is none or candidate.version | string == wanted | string -%}
+          {%- do targets.append(candidate) -%}
+        {%- endif -%}
       {%- endif -%}
     {%- endfor -%}
     {%- if targets | length == 0 -%}
