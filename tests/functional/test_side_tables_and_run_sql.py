@@ -147,6 +147,20 @@ class TestSideTableMacrosAndRunSql:
         first = [role for role, _ in read_script(steps[0][1])]
         assert f"create the LATENESS quarantine {model[:-1]}__late`, empty" in first
 
+    def test_a_small_models_merge_rewrites_files_instead_of_deletion_vectors(self, project, steps):
+        """protocol.SMALL_TABLE_BYTES: a MERGE into a small model rewrites the files it touches
+        (cheaper there than deletion vectors); its contents and change feed are the same."""
+        _, text, _ = steps[1]
+        statements = [statement for _, statement in read_script(text)]
+        assert "SET spark.databricks.delta.merge.deletionVectors.persistent=false" in statements
+        schema = project.test_schema
+        history = project.run_sql(f"describe history {schema}.events_on_time limit 1", fetch="all")
+        operation = history[0][4]
+        metrics = history[0][12]
+        assert operation == "MERGE", history[0]
+        assert int(metrics.get("numDeletionVectorsAdded", 0)) == 0, metrics
+        assert int(metrics["numTargetFilesRemoved"]) >= 1, metrics
+
     def test_every_table_of_a_model_lies_under_its_location_root(
         self, project, steps, located_root
     ):

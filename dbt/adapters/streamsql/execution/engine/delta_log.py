@@ -156,6 +156,10 @@ class Commit:
 
 
 class DeltaLogReader(Protocol):
+    # Whether `snapshot` costs no statement (read in the JVM): a step may then ask it for a
+    # table's size where it only helps a choice (commit/protocol.py, small tables' MERGEs).
+    free_snapshots: bool
+
     def exists(self, name: str) -> bool: ...
 
     def snapshot(self, name: str) -> TableSnapshot: ...
@@ -219,6 +223,8 @@ def _mapping(value: Any) -> Dict[str, str]:
 
 class SqlDeltaLog:
     """Answers through SQL statements on the step's session (every connection method)."""
+
+    free_snapshots = False
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -285,6 +291,8 @@ class SqlDeltaLog:
 
 class JvmDeltaLog:
     """Reads Delta's log in the embedded session's JVM; asks `fallback` when that fails."""
+
+    free_snapshots = True
 
     def __init__(self, spark: Any, fallback: SqlDeltaLog) -> None:
         self.spark = spark
