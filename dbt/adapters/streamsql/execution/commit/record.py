@@ -58,6 +58,10 @@ class StepRecord:
     step: int
     run_id: str
     sql_fingerprint: str
+    # The fingerprint of the query's text, whitespace collapsed (`legacy_fingerprint`): a
+    # query whose canonical form changed only because the SQL parser was upgraded still
+    # matches by its text. Empty in records made before it was kept.
+    sql_text_fingerprint: str = ""
     # A fingerprint per top-level clause of the query (`clause_fingerprints`), to name the
     # clause that changed; empty in records made before it was kept.
     sql_clauses: Dict[str, str] = field(default_factory=dict)
@@ -104,6 +108,7 @@ class StepRecord:
             step=self.step + 1,
             run_id=run_id,
             sql_fingerprint=self.sql_fingerprint,
+            sql_text_fingerprint=self.sql_text_fingerprint,
             sql_clauses=dict(self.sql_clauses),
             incarnation=self.incarnation,
             input_versions=input_versions,
@@ -121,8 +126,19 @@ class StepRecord:
         )
 
     def same_sql(self, sql: str) -> bool:
-        """Whether `sql` means the query this record's steps ran (comments and layout aside)."""
-        return self.sql_fingerprint in (sql_fingerprint(sql), legacy_fingerprint(sql))
+        """Whether `sql` means the query this record's steps ran (comments and layout aside):
+        the same canonical form, or the same text (records made before the canonical form
+        hold the text's fingerprint; the text also covers a parser whose output changed)."""
+        text = legacy_fingerprint(sql)
+        if self.sql_text_fingerprint == text:
+            return True
+        return self.sql_fingerprint in (sql_fingerprint(sql), text)
+
+    def fingerprint(self, sql: str) -> None:
+        """Record `sql` as the query of this record's step (its fingerprints)."""
+        self.sql_fingerprint = sql_fingerprint(sql)
+        self.sql_text_fingerprint = legacy_fingerprint(sql)
+        self.sql_clauses = clause_fingerprints(sql)
 
     def unchanged(self, sql: str, input_versions: Dict[str, int]) -> bool:
         """Whether a run of the same SQL over inputs at these versions has nothing to do.

@@ -16,8 +16,6 @@ from dbt.adapters.streamsql.execution.commit import side_tables as side
 from dbt.adapters.streamsql.execution.commit.record import (
     StepRecord,
     changed_clauses,
-    clause_fingerprints,
-    sql_fingerprint,
 )
 from dbt.adapters.streamsql.execution.commit.transactions import with_record, with_settings
 from dbt.adapters.streamsql.execution.context import StepContext
@@ -77,12 +75,12 @@ def prepare_target(
     record = StepRecord(
         step=0,
         run_id=ctx.run_id,
-        sql_fingerprint=sql_fingerprint(compiled_sql),
-        sql_clauses=clause_fingerprints(compiled_sql),
+        sql_fingerprint="",
         incarnation=ctx.run_id,
         state_layout=STATE_LAYOUT,
         emit_final=bool(model.emit_final),
     )
+    record.fingerprint(compiled_sql)
     views = describe_views(inputs, plan.stages)
     for name, aggregate in state_aggregates(plan):
         suffix = f"__streamsql_{name}"

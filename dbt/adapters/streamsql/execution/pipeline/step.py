@@ -33,11 +33,7 @@ from typing import Callable, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.commit import history, tables
 from dbt.adapters.streamsql.execution.commit.protocol import commit_step, write_side_tables
-from dbt.adapters.streamsql.execution.commit.record import (
-    StepRecord,
-    clause_fingerprints,
-    sql_fingerprint,
-)
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.commit.writes import ModelChange
 from dbt.adapters.streamsql.execution.context import StepContext
@@ -185,9 +181,7 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
         recover_reason=recover_reason,
     )
     step.record.plan, step.record.reason = name, plan.reason
-    # a record made before the canonical fingerprint (record.py) carries it from now on
-    step.record.sql_fingerprint = sql_fingerprint(compiled_sql)
-    step.record.sql_clauses = clause_fingerprints(compiled_sql)
+    step.record.fingerprint(compiled_sql)  # a record of an earlier version's: upgraded
     step.record.emit_final = ctx.model.emit_final  # a change since the last step was refused
     tables.compact_state_tables(ctx, plan, previous, step.record)
 
