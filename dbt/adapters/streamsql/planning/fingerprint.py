@@ -13,7 +13,7 @@ changed query can say which clause changed.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import sqlglot
 from sqlglot import exp
@@ -63,18 +63,20 @@ def whitespace_collapsed(sql: str) -> str:
 def canonical_sql(sql: str) -> str:
     """The query printed again without comments or layout; the text, whitespace collapsed,
     when it cannot be parsed."""
-    tree = parsed(sql)
-    if tree is None:
-        return whitespace_collapsed(sql)
-    return tree.sql(dialect=DIALECT, comments=False)
+    return canonical_form(sql)[0]
 
 
 def clause_texts(sql: str) -> Dict[str, str]:
     """The canonical text of each top-level clause, by its name in messages (empty when the
     query cannot be parsed)."""
+    return canonical_form(sql)[1]
+
+
+def canonical_form(sql: str) -> Tuple[str, Dict[str, str]]:
+    """`canonical_sql` and `clause_texts` of `sql`, from one parse."""
     tree = parsed(sql)
     if tree is None:
-        return {}
+        return whitespace_collapsed(sql), {}
     clauses: Dict[str, str] = {}
     for key, value in tree.args.items():
         if value is None or value is False or value == []:
@@ -87,4 +89,4 @@ def clause_texts(sql: str) -> Dict[str, str]:
         else:
             text = str(value)
         clauses[name] = text
-    return clauses
+    return tree.sql(dialect=DIALECT, comments=False), clauses

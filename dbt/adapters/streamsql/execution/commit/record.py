@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from dbt.adapters.streamsql.planning.fingerprint import (
+    canonical_form,
     canonical_sql,
     clause_texts,
     whitespace_collapsed,
@@ -39,7 +40,11 @@ def legacy_fingerprint(sql: str) -> str:
 
 def clause_fingerprints(sql: str) -> Dict[str, str]:
     """A short fingerprint of each top-level clause: what a changed query's error names."""
-    return {name: _digest(text, 8) for name, text in clause_texts(sql).items()}
+    return _clause_digests(clause_texts(sql))
+
+
+def _clause_digests(clauses: Mapping[str, str]) -> Dict[str, str]:
+    return {name: _digest(text, 8) for name, text in clauses.items()}
 
 
 def changed_clauses(recorded: Mapping[str, str], sql: str) -> List[str]:
@@ -136,9 +141,10 @@ class StepRecord:
 
     def fingerprint(self, sql: str) -> None:
         """Record `sql` as the query of this record's step (its fingerprints)."""
-        self.sql_fingerprint = sql_fingerprint(sql)
+        canonical, clauses = canonical_form(sql)  # one parse for both
+        self.sql_fingerprint = _digest(canonical)
         self.sql_text_fingerprint = legacy_fingerprint(sql)
-        self.sql_clauses = clause_fingerprints(sql)
+        self.sql_clauses = _clause_digests(clauses)
 
     def unchanged(self, sql: str, input_versions: Dict[str, int]) -> bool:
         """Whether a run of the same SQL over inputs at these versions has nothing to do.
