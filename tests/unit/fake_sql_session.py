@@ -172,8 +172,22 @@ class FakeSqlSession:
     def materialize(self, name: str, select: str) -> None:
         self._send(f"CHECKPOINT {name} AS {select}")
 
-    def release(self, name: str) -> None:
-        self._send(f"RELEASE {name}")
+    def release(self, names: Sequence[str]) -> None:
+        if names:  # one statement for all, as the embedded session
+            self._send(";\n".join(f"DROP VIEW IF EXISTS {name}" for name in names))
+
+    def set_confs(self, settings: Sequence[Tuple[str, str]]) -> None:
+        if settings:  # one statement for all, as the embedded session
+            text = ";\n".join(f"SET {key}={value}" for key, value in settings)
+            self._send(text)
+            self._maybe_fail(text)
+            self.conf.update(settings)
+
+    def unset_confs(self, keys: Sequence[str]) -> None:
+        if keys:
+            self._send(";\n".join(f"RESET {key}" for key in keys))
+            for key in keys:
+                self.conf.pop(key, None)
 
     def local_checkpoints(self) -> bool:
         return True  # as the embedded session

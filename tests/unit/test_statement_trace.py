@@ -3,6 +3,7 @@ and the target/run/ file made of it; without Spark."""
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 from typing import Any, List
 
@@ -78,14 +79,15 @@ def test_the_roles_say_what_each_write_and_read_of_a_step_is():
         for i, (_, s) in enumerate(session.trace.entries)
         if s.startswith("INSERT INTO `demo`.`lw__late`")
     )
-    assert [role for role, _ in session.trace.entries[record - 3 : record]] == [
-        "append the step's late changes to `demo`.`lw__late`: " + what
-        for what in (
-            "the step record, for the next commit",
-            "Delta's idempotent-write id, for the next commit",
-            "Delta's idempotent-write version (the step), for the next commit",
-        )
-    ]
+    # (sent as one statement: the embedded session sets them in one call)
+    assert session.trace.entries[record - 1][0] == (
+        "append the step's late changes to `demo`.`lw__late`: the settings of the next commit: "
+        "the step record, Delta's idempotent-write id, its version (the step)"
+    )
+    assert session.trace.entries[record + 1][0] == (
+        "append the step's late changes to `demo`.`lw__late`: the settings unset: "
+        "the step record, Delta's idempotent-write id, its version (the step)"
+    )
 
 
 def test_an_appended_change_names_the_inputs_its_insert_reads():
@@ -115,6 +117,16 @@ def test_an_appended_change_names_the_inputs_its_insert_reads():
             "RESET spark.sql.files.maxRecordsPerFile",
             "the setting spark.sql.files.maxRecordsPerFile unset",
         ),
+        (
+            "SET spark.sql.files.maxRecordsPerFile=250000;\n"
+            "SET spark.databricks.delta.commitInfo.userMetadata={}",
+            "the settings of the next commit: spark.sql.files.maxRecordsPerFile, the step record",
+        ),
+        (
+            "RESET spark.sql.files.maxRecordsPerFile;\nRESET spark.databricks.delta.write.txnAppId",
+            "the settings unset: spark.sql.files.maxRecordsPerFile, Delta's idempotent-write id",
+        ),
+        ("DROP VIEW IF EXISTS _v_a;\nDROP VIEW IF EXISTS _v_b", "free the views _v_a, _v_b"),
         ("CHECKPOINT _v_net AS SELECT 1", "_v_net, computed now"),
         ("CACHE TABLE _v_net AS SELECT 1", "_v_net, computed now"),
         ("MERGE INTO `demo`.`m` AS t USING x", "MERGE into `demo`.`m`"),
@@ -192,7 +204,7 @@ def test_the_adapters_session_records_what_it_sends_as_it_sends_it():
     with session.trace.role("count"):
         assert session.query("SELECT COUNT(*) AS n FROM t") == [{"n": 1}]
     session.materialize("_v_net", "SELECT 1")
-    session.release("_v_net")
+    session.release(["_v_net"])
     with pytest.raises(RuntimeError):
         session.run("MERGE INTO t USING s")
     assert [statement for _, statement in session.trace.entries] == connections.sent
@@ -202,6 +214,59 @@ def test_the_adapters_session_records_what_it_sends_as_it_sends_it():
         "_v_net, computed now",  # CACHE TABLE
         "free the view _v_net",
         "MERGE into t",
+    ]
+
+
+class EmbeddedSpark:
+    """What AdapterSqlSession calls on the embedded SparkSession for settings and views."""
+
+    def __init__(self) -> None:
+        self.calls: List[str] = []
+        self.conf = SimpleNamespace(
+            set=lambda key, value: self.calls.append(f"set {key}={value}"),
+            unset=lambda key: self.calls.append(f"unset {key}"),
+        )
+        self.catalog = SimpleNamespace(dropTempView=lambda name: self.calls.append(f"drop {name}"))
+
+
+def test_the_embedded_session_sends_a_writes_settings_and_the_views_it_frees_as_one_statement():
+    spark, connections = EmbeddedSpark(), RecordingConnections()
+    embedded = SimpleNamespace(handle=SimpleNamespace(spark=spark))  # the cursor's handle
+    connection = SimpleNamespace(handle=embedded, name="model.test.m")
+    connections.get_thread_connection = lambda: connection
+    connections.exception_handler = lambda sql: contextlib.nullcontext()
+    session = AdapterSqlSession(SimpleNamespace(connections=connections))
+    session.set_confs([("a.b", "1"), ("spark.databricks.delta.write.txnVersion", "2")])
+    session.unset_confs(["a.b", "spark.databricks.delta.write.txnVersion"])
+    session.release(["_v_net", "_v_old"])
+    session.release([])
+    assert connections.sent == []  # no SQL statement: Spark's own calls
+    assert spark.calls == [
+        "set a.b=1",
+        "set spark.databricks.delta.write.txnVersion=2",
+        "unset a.b",
+        "unset spark.databricks.delta.write.txnVersion",
+        "drop _v_net",
+        "drop _v_old",
+    ]
+    assert [statement for _, statement in session.trace.entries] == [
+        "SET a.b=1;\nSET spark.databricks.delta.write.txnVersion=2",
+        "RESET a.b;\nRESET spark.databricks.delta.write.txnVersion",
+        "DROP VIEW IF EXISTS _v_net;\nDROP VIEW IF EXISTS _v_old",
+    ]
+    # over Thrift, only SQL reaches Spark: one statement each
+    thrift = RecordingConnections()
+    session = AdapterSqlSession(SimpleNamespace(connections=thrift))
+    session.set_confs([("a.b", "1"), ("c.d", "2")])
+    session.unset_confs(["a.b", "c.d"])
+    session.release(["_v_net", "_v_old"])
+    assert thrift.sent == [
+        "SET a.b=1",
+        "SET c.d=2",
+        "RESET a.b",
+        "RESET c.d",
+        "DROP VIEW IF EXISTS _v_net",
+        "DROP VIEW IF EXISTS _v_old",
     ]
 
 

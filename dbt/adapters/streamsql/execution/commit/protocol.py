@@ -29,7 +29,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit.history import newest_record
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from dbt.adapters.streamsql.execution.commit.transactions import with_record, with_settings
+from dbt.adapters.streamsql.execution.commit.transactions import with_record
 from dbt.adapters.streamsql.execution.commit.writes import (
     LATE,
     PENDING,
@@ -210,20 +210,30 @@ def write_state(ctx: StepContext, write: StateWrite, record: StepRecord) -> None
     settings = [(MAX_RECORDS_PER_FILE, str(BULK_FILE_ROWS))] if write.fresh else []
     role = f"append the changed groups' new state to {write.table}"
     with ctx.role(role):
-        with_settings(
-            ctx, settings, lambda: with_side_record(ctx, record, write.suffix, role, statement)
-        )
+        with_side_record(ctx, record, write.suffix, role, statement, settings)
     ctx.checkpoint("after_state")
 
 
 def with_side_record(
-    ctx: StepContext, record: StepRecord, suffix: str, role: str, statement: str
+    ctx: StepContext,
+    record: StepRecord,
+    suffix: str,
+    role: str,
+    statement: str,
+    settings: Sequence[Tuple[str, str]] = (),
 ) -> None:
     """Run a side table's write of the step, idempotently: under the table's own id, so that
     Delta skips it when this step's write to that table has landed before. `role`: the write's,
-    in the statement log."""
+    in the statement log; `settings`: the write's other session settings."""
     with ctx.role(role):
-        with_record(ctx, record, lambda: ctx.session.run(statement), idempotent=True, table=suffix)
+        with_record(
+            ctx,
+            record,
+            lambda: ctx.session.run(statement),
+            idempotent=True,
+            table=suffix,
+            also=settings,
+        )
 
 
 def key_columns(columns: Sequence[Column], key: Optional[Sequence[str]]) -> List[Column]:
@@ -302,7 +312,7 @@ def commit_model(
             ctx.session.run(statement)
 
     with ctx.role(role):
-        with_record(ctx, record, lambda: with_settings(ctx, settings, write), idempotent=True)
+        with_record(ctx, record, write, idempotent=True, also=settings)
     with ctx.role("is the model's new commit this run's?"):
         committed, commits = newest_record(ctx, ctx.model.target_name)
     if committed is None or (committed.step, committed.run_id) != (record.step, ctx.run_id):

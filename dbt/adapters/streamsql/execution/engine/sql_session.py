@@ -7,7 +7,7 @@ connections run on; this module is how a step sends SQL through whichever connec
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from dbt.adapters.events.types import SQLQuery, SQLQueryStatus
 from dbt_common.events.contextvars import get_node_info
@@ -18,7 +18,7 @@ from dbt.adapters.streamsql.execution.engine.delta_log import (
     JvmDeltaLog,
     SqlDeltaLog,
 )
-from dbt.adapters.streamsql.execution.engine.statements import cached_view
+from dbt.adapters.streamsql.execution.engine.statements import cached_view, reset_conf, set_conf
 from dbt.adapters.streamsql.execution.engine.trace import StatementTrace
 
 
@@ -35,7 +35,13 @@ class SqlSession(Protocol):
 
     def materialize(self, name: str, select: str) -> None: ...
 
-    def release(self, name: str) -> None: ...
+    def release(self, names: Sequence[str]) -> None: ...
+
+    def set_confs(self, settings: Sequence[Tuple[str, str]]) -> None:
+        """Session settings for the statements that follow (`settings`: key, value)."""
+        ...
+
+    def unset_confs(self, keys: Sequence[str]) -> None: ...
 
     def delta_log(self) -> DeltaLogReader: ...
 
@@ -82,8 +88,58 @@ class AdapterSqlSession:
             self.run(f"DROP VIEW IF EXISTS {name}")  # one a failed step left behind
             self.run(cached_view(name, select))
             return
+
+        def checkpoint() -> None:
+            frame = spark.sql(select).localCheckpoint(eager=True)
+            frame.createOrReplaceTempView(name)
+            self._checkpoints[name] = frame
+
+        self._embedded(f"CHECKPOINT {name} AS {select}", checkpoint)
+
+    def release(self, names: Sequence[str]) -> None:
+        """Drop views made by `materialize`, freeing their data: in the embedded session all of
+        them in one call to the catalog, logged as one statement; over Thrift one DROP VIEW
+        each (a cached view's data goes with it)."""
+        spark = self._embedded_spark()
+        if spark is None:
+            for name in names:
+                self.run(f"DROP VIEW IF EXISTS {name}")
+            return
+
+        def drop() -> None:
+            for name in names:
+                spark.catalog.dropTempView(name)
+                frame = self._checkpoints.pop(name, None)
+                if frame is not None:
+                    frame._jdf.queryExecution().logical().rdd().unpersist(False)
+
+        if names:
+            self._embedded(";\n".join(f"DROP VIEW IF EXISTS {name}" for name in names), drop)
+
+    def set_confs(self, settings: Sequence[Tuple[str, str]]) -> None:
+        """In the embedded session all of them in one call to Spark's conf (no SQL to parse),
+        logged as one statement; over Thrift one SET each (only SQL reaches the server)."""
+        spark = self._embedded_spark()
+        if spark is None:
+            for key, value in settings:
+                self.run(set_conf(key, value))
+        elif settings:
+            text = ";\n".join(set_conf(key, value) for key, value in settings)
+            self._embedded(text, lambda: [spark.conf.set(k, v) for k, v in settings])
+
+    def unset_confs(self, keys: Sequence[str]) -> None:
+        spark = self._embedded_spark()
+        if spark is None:
+            for key in keys:
+                self.run(reset_conf(key))
+        elif keys:
+            text = ";\n".join(reset_conf(key) for key in keys)
+            self._embedded(text, lambda: [spark.conf.unset(key) for key in keys])
+
+    def _embedded(self, logged: str, action: Callable[[], Any]) -> None:
+        """Do `action` on the embedded SparkSession, logged as dbt logs a query (`logged`: the
+        SQL it stands for) and recorded in the trace."""
         connections = self.adapter.connections
-        logged = f"CHECKPOINT {name} AS {select}"
         self.trace.record(logged)
         with connections.exception_handler(logged):
             fire_event(
@@ -94,21 +150,12 @@ class AdapterSqlSession:
                 )
             )
             started = time.perf_counter()
-            frame = spark.sql(select).localCheckpoint(eager=True)
-            frame.createOrReplaceTempView(name)
+            action()
             fire_event(
                 SQLQueryStatus(
                     status="OK", elapsed=time.perf_counter() - started, node_info=get_node_info()
                 )
             )
-        self._checkpoints[name] = frame
-
-    def release(self, name: str) -> None:
-        """Drop a view made by `materialize`, freeing its data."""
-        self.run(f"DROP VIEW IF EXISTS {name}")  # a cached view's data goes with it
-        frame = self._checkpoints.pop(name, None)
-        if frame is not None:
-            frame._jdf.queryExecution().logical().rdd().unpersist(False)
 
     def delta_log(self) -> DeltaLogReader:
         """Delta's log read in the JVM in the embedded session, through SQL elsewhere."""

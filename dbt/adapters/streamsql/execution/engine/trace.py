@@ -62,14 +62,37 @@ _ROLES: Sequence[Tuple[re.Pattern, str, bool]] = [
 ]
 
 
+# What a setting a write carries is for, in a batch of settings (below).
+_SETTING_NAMES = {
+    "spark.databricks.delta.commitInfo.userMetadata": "the step record",
+    "spark.databricks.delta.write.txnAppId": "Delta's idempotent-write id",
+    "spark.databricks.delta.write.txnVersion": "its version (the step)",
+}
+
+
 def statement_role(statement: str) -> Tuple[str, bool]:
     """What a statement's text says it does, and whether it only serves another statement."""
     text = statement.lstrip()
+    parts = text.split(";\n")
+    if len(parts) > 1:  # several settings, or several views freed, sent in one call
+        return _batch_role(parts), True
     for pattern, role, serving in _ROLES:
         match = pattern.match(text)
         if match:
             return role.format(None, *match.groups()), serving
     return "a query", False
+
+
+def _batch_role(parts: Sequence[str]) -> str:
+    names = [part.split(None, 1)[1].split("=", 1)[0] for part in parts if " " in part]
+    said = ", ".join(_SETTING_NAMES.get(name, name) for name in names)
+    if all(part.startswith("SET ") for part in parts):
+        return f"the settings of the next commit: {said}"
+    if all(part.startswith("RESET ") for part in parts):
+        return f"the settings unset: {said}"
+    if all(part.startswith("DROP VIEW IF EXISTS ") for part in parts):
+        return f"free the views {', '.join(part.split()[-1] for part in parts)}"
+    return "; ".join(statement_role(part)[0] for part in parts)
 
 
 class StatementTrace:

@@ -47,9 +47,8 @@ class StepViews:
 
     def drop_all(self) -> None:
         """Free the data of the step's materialized views (plain views are replaced next step)."""
-        for name in reversed(self._materialized):
-            try:
-                self.session.release(name)
-            except Exception:  # cleanup must not hide the step's own error
-                pass
-        self._materialized.clear()
+        names, self._materialized = list(reversed(self._materialized)), []
+        try:
+            self.session.release(names)
+        except Exception:  # cleanup must not hide the step's own error
+            pass
