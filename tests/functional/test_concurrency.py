@@ -14,6 +14,7 @@ their queries (minus what LATENESS quarantined), and each table shows whole step
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -67,6 +68,17 @@ def two_runs_at_once(root: Path, target: Dict[str, Any]) -> List[Tuple[int, str]
     return outputs
 
 
+def model_failures(out: str) -> Dict[str, str]:
+    """The error of each model in dbt's summary of a failed run: from its `Failure in model
+    <name> (` to its `compiled code at`."""
+    failures = {}
+    for match in re.finditer(r"Failure in model (\w+) \(", out):
+        rest = out[match.end() :]
+        end = rest.find("compiled code at")
+        failures[match.group(1)] = rest[: end if end >= 0 else 4000]
+    return failures
+
+
 def assert_consistent(root: Path, target: Dict[str, Any], outputs: List[Tuple[int, str]]) -> None:
     """What two runs at once must leave, whichever of them completed.
 
@@ -78,7 +90,10 @@ def assert_consistent(root: Path, target: Dict[str, Any], outputs: List[Tuple[in
     schema = target["schema"]
     for code, out in outputs:
         if code != 0:
-            assert any(message in out for message in CLEAR_FAILURE), out[-4000:]
+            # each model that failed says why in words (a run may fail one model clearly and
+            # another with Spark's stack trace); a run that failed before its models, once
+            for text in model_failures(out).values() or [out]:
+                assert any(message in text for message in CLEAR_FAILURE), text[-4000:]
     # each model was stepped by one of the runs (over a server, each run may win a different one)
     for name in MODELS:
         done = f"OK created sql incremental_view model {schema}.{name[: -len('.sql')]}"

@@ -28,6 +28,7 @@ with no input change that releases everything WATERMARK holds.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Callable, Optional, Sequence
 
@@ -58,19 +59,51 @@ from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
 
-# How Delta says that another transaction's commit conflicts with this run's write; the last
-# two: another run's first step created the same table a moment before this one's (the step
-# creates its tables with OR REPLACE or IF NOT EXISTS, so nothing else makes them).
+# How Delta says that another transaction's commit conflicts with this run's write (Delta's
+# transaction conflicts, SQLSTATE 2D521: DELTA_CONCURRENT_*, DELTA_METADATA_CHANGED and
+# DELTA_PROTOCOL_CHANGED, by error class or exception name); the rest: another run's first step
+# created the same table a moment before this one's (the step creates its tables with OR REPLACE
+# or IF NOT EXISTS, so nothing else makes them). Two first steps' CREATE OR REPLACE of one table
+# end in DELTA_PROTOCOL_CHANGED ("multiple writers are writing to an empty directory") in Delta,
+# or in an AlreadyExistsException from the Hive metastore when both pass Spark's own check.
 CONCURRENT_WRITE_MARKERS = (
     "ConcurrentAppendException",
     "ConcurrentDeleteReadException",
     "ConcurrentDeleteDeleteException",
     "ConcurrentTransactionException",
+    "ConcurrentWriteException",
     "MetadataChangedException",
+    "ProtocolChangedException",
+    "DeltaConcurrentModificationException",
     "DELTA_CONCURRENT_",
+    "DELTA_METADATA_CHANGED",
+    "DELTA_PROTOCOL_CHANGED",
     "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION",
     "TABLE_OR_VIEW_ALREADY_EXISTS",
+    "AlreadyExistsException(message:Table",
 )
+# What comes before Delta's own words on the line that carries them: the Thrift Server's wrapper.
+SERVER_PREFIXES = ("org.apache.hive.service.cli.HiveSQLException:", "Error running query:")
+REPEATED_ERROR_CLASS = re.compile(r"^(\[[A-Z_.]+\]) [\w.$]+: (?=\1)")
+
+
+def concurrent_write(error: BaseException) -> Optional[str]:
+    """The line of `error` in which Delta (or the metastore) refused a write because another
+    run wrote the same table at the same time, without the server's wrapper; None when it is
+    not such an error.
+
+    The line, not the first one: dbt's errors begin with their title (`Runtime Error`,
+    `Database Error`), a Thrift Server's with `HiveSQLException`."""
+    for line in str(error).splitlines():
+        if any(marker in line for marker in CONCURRENT_WRITE_MARKERS):
+            line = line.strip()
+            for prefix in SERVER_PREFIXES:
+                if line.startswith(prefix):
+                    line = line[len(prefix) :].strip()
+            # `[CLASS] io.delta.exceptions.X: [CLASS] X: ...`: Delta's words once
+            return REPEATED_ERROR_CLASS.sub("", line)
+    return None
+
 
 __all__ = [
     "run_step",
@@ -105,10 +138,11 @@ def run_step(
             return recovery.take_again(
                 ctx, error, lambda again, why: _step(again, compiled_sql, why), started
             )
-        if any(marker in str(error) for marker in CONCURRENT_WRITE_MARKERS):
+        refused = concurrent_write(error)
+        if refused is not None:
             raise StepError(
                 f"Model {model.name}: another run wrote to its tables at the same time (Delta "
-                f"refused this run's write: {str(error).splitlines()[0][:200]}). Whatever "
+                f"refused this run's write: {refused[:200]}). Whatever "
                 "committed is consistent: run again to continue, and do not schedule two runs "
                 "of one model at once."
             ) from error
