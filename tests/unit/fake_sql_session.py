@@ -21,6 +21,7 @@ import sqlglot
 from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.engine.delta_log import SqlDeltaLog
+from dbt.adapters.streamsql.execution.engine.sql_session import checkpoint_text, measured
 from dbt.adapters.streamsql.execution.engine.trace import StatementTrace
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -169,8 +170,15 @@ class FakeSqlSession:
         self._maybe_fail(statement)
         self._answer(statement.strip())
 
-    def materialize(self, name: str, select: str) -> None:
-        self._send(f"CHECKPOINT {name} AS {select}")
+    def materialize(
+        self, name: str, select: str, measures: Optional[Dict[str, str]] = None, alias: str = ""
+    ) -> Dict[str, Any]:
+        """As the embedded session: the measures in the same pass (answered as the query of
+        them would be)."""
+        self._send(checkpoint_text(name, select, measures or {}, alias))
+        if not measures:
+            return {}
+        return self._answer(measured(name, measures, alias))[0]
 
     def release(self, names: Sequence[str]) -> None:
         if names:  # one statement for all, as the embedded session

@@ -4,13 +4,15 @@ and the target/run/ file made of it; without Spark."""
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from types import SimpleNamespace
 from typing import Any, List
 
 import pytest
 
 from dbt.adapters.streamsql import impl
-from dbt.adapters.streamsql.execution.engine.sql_session import AdapterSqlSession
+from dbt.adapters.streamsql.execution.engine.sql_session import AdapterSqlSession, wait_for
 from dbt.adapters.streamsql.execution.engine.trace import StatementTrace, read_script
 from dbt.adapters.streamsql.execution.errors import StepError
 from tests.unit.test_step import (
@@ -62,7 +64,8 @@ def test_the_roles_say_what_each_write_and_read_of_a_step_is():
         "create the LATENESS quarantine `demo`.`lw__late`, empty",
         "create the WATERMARK held changes `demo`.`lw__pending`, empty",
         "the columns of the model's query",
-        "the aggregate: the change of each group, from the changes of demo.events versions 1..1",
+        "the aggregate: the change of each group, from the changes of demo.events versions 1..1; "
+        "how many groups, and their key ranges",
         "net change of the model",
         "LATENESS: the change, each row on time, late, null or future",
         "MERGE the change into the model `demo`.`lw`, by key (step 2)",
@@ -296,3 +299,20 @@ def test_a_file_that_cannot_be_written_is_a_warning_not_a_failure():
 
     session = SimpleNamespace(trace=StatementTrace())
     impl.write_statements(cannot_write, session, "demo.m", "m: step 1: ...")  # no exception
+
+
+def test_measures_that_do_not_arrive_are_waited_for_a_bounded_time():
+    assert wait_for(lambda: {"n": 1}, 5) == {"n": 1}
+    gate = threading.Event()
+    started = time.monotonic()
+    assert wait_for(lambda: gate.wait(30), 0.2) is None  # then the session queries them
+    assert time.monotonic() - started < 5
+    gate.set()
+
+
+def test_measures_are_queried_after_the_cached_view_over_thrift():
+    thrift = RecordingConnections()
+    session = AdapterSqlSession(SimpleNamespace(connections=thrift))
+    values = session.materialize("_v_d", "SELECT 1 AS k", {"n": "COUNT(*)"}, "g")
+    assert values == {"n": 1}
+    assert thrift.sent[-1] == "SELECT COUNT(*) AS n FROM _v_d AS g"

@@ -6,6 +6,7 @@ connections run on; this module is how a step sends SQL through whichever connec
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
@@ -33,7 +34,12 @@ class SqlSession(Protocol):
 
     def run(self, statement: str) -> None: ...
 
-    def materialize(self, name: str, select: str) -> None: ...
+    def materialize(
+        self, name: str, select: str, measures: Optional[Dict[str, str]] = None, alias: str = ""
+    ) -> Dict[str, Any]:
+        """`measures`: name -> aggregate expression over the rows (aliased `alias`), whose
+        values are returned."""
+        ...
 
     def release(self, names: Sequence[str]) -> None: ...
 
@@ -48,6 +54,35 @@ class SqlSession(Protocol):
     def local_checkpoints(self) -> bool:
         """Whether `materialize` checkpoints (no cached plan) rather than `CACHE TABLE`."""
         ...
+
+
+# How long the measures of a local checkpoint may take to arrive once it is computed (Spark
+# reports them through its listener bus, within milliseconds); then they are queried instead.
+OBSERVED_WAIT_SECONDS = 10.0
+
+
+def wait_for(get: Callable[[], Any], seconds: float) -> Optional[Any]:
+    """`get()`, or None when it has not returned within `seconds` (it is left to finish)."""
+    found: List[Any] = []
+    waiting = threading.Thread(target=lambda: found.append(get()), daemon=True)
+    waiting.start()
+    waiting.join(seconds)
+    return found[0] if found else None
+
+
+def measured(relation: str, measures: Dict[str, str], alias: str = "") -> str:
+    """The query of `measures` over `relation` (aliased `alias`)."""
+    select = ", ".join(f"{expression} AS {name}" for name, expression in measures.items())
+    return f"SELECT {select} FROM {relation}" + (f" AS {alias}" if alias else "")
+
+
+def checkpoint_text(name: str, select: str, measures: Dict[str, str], alias: str) -> str:
+    """How a local checkpoint is logged (it is not Spark SQL): what it computes, then, on a
+    comment line, the query its measures stand for."""
+    text = f"CHECKPOINT {name} AS {select}"
+    if measures:
+        text += f"\n-- measured in the same pass: {measured(name, measures, alias)}"
+    return text
 
 
 class AdapterSqlSession:
@@ -73,8 +108,12 @@ class AdapterSqlSession:
         self.trace.record(statement)
         self.adapter.connections.add_query(statement, auto_begin=False)
 
-    def materialize(self, name: str, select: str) -> None:
-        """Compute `select` now into the temporary view `name`, to be read several times.
+    def materialize(
+        self, name: str, select: str, measures: Optional[Dict[str, str]] = None, alias: str = ""
+    ) -> Dict[str, Any]:
+        """Compute `select` now into the temporary view `name`, to be read several times, and
+        return the values of `measures` (name -> aggregate expression over its rows, aliased
+        `alias`).
 
         In the embedded session this is a local checkpoint: the view's plan reads no table, so
         a later write to a table it was computed from neither re-plans nor recomputes it. (Delta
@@ -82,19 +121,40 @@ class AdapterSqlSession:
         to an older version rebuilds that version's snapshot: a `CACHE TABLE` over the state a
         step is about to MERGE costs a second evaluation.) Over Thrift, where only SQL reaches
         Spark, it is `CACHE TABLE`.
+
+        The measures are computed in the same pass in the embedded session (Spark's observed
+        metrics: no second job, no statement of their own), by one query after it over Thrift.
         """
+        measures = measures or {}
         spark = self._embedded_spark()
         if spark is None:
             self.run(f"DROP VIEW IF EXISTS {name}")  # one a failed step left behind
             self.run(cached_view(name, select))
-            return
+            if not measures:
+                return {}
+            return self.query(measured(name, measures, alias))[0]
+        observed: Dict[str, Any] = {}
 
         def checkpoint() -> None:
-            frame = spark.sql(select).localCheckpoint(eager=True)
+            from pyspark.sql import Observation
+            from pyspark.sql import functions as F
+
+            frame = spark.sql(select)
+            observation = Observation(f"{name}_measures")
+            if measures:
+                frame = frame.alias(alias or name).observe(
+                    observation, *[F.expr(e).alias(n) for n, e in measures.items()]
+                )
+            frame = frame.localCheckpoint(eager=True)
             frame.createOrReplaceTempView(name)
             self._checkpoints[name] = frame
+            if measures:
+                observed.update(wait_for(lambda: observation.get, OBSERVED_WAIT_SECONDS) or {})
 
-        self._embedded(f"CHECKPOINT {name} AS {select}", checkpoint)
+        self._embedded(checkpoint_text(name, select, measures, alias), checkpoint)
+        if measures and not observed:  # Spark did not report them: ask
+            return self.query(measured(name, measures, alias))[0]
+        return observed
 
     def release(self, names: Sequence[str]) -> None:
         """Drop views made by `materialize`, freeing their data: in the embedded session all of

@@ -12,7 +12,7 @@ plain views keep their names from step to step and are replaced, not dropped.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
@@ -39,11 +39,23 @@ class StepViews:
 
     def materialize(self, label: str, select: str, role: Optional[str] = None) -> str:
         """A view computed once, now: read several times, or across the step's writes."""
+        return self.measure(label, select, {}, "", role)[0]
+
+    def measure(
+        self,
+        label: str,
+        select: str,
+        measures: Dict[str, str],
+        alias: str,
+        role: Optional[str] = None,
+    ) -> Tuple[str, Dict[str, Any]]:
+        """`materialize`, and the values of `measures` (name -> aggregate expression over the
+        view's rows, aliased `alias`), computed as it is (`SqlSession.materialize`)."""
         name = f"{self.prefix}_{label}"
         with self.session.trace.role(role or f"{label}, computed now"):
-            self.session.materialize(name, select)
+            values = self.session.materialize(name, select, measures, alias)
         self._materialized.append(name)
-        return name
+        return name, values
 
     def drop_all(self) -> None:
         """Free the data of the step's materialized views (plain views are replaced next step)."""

@@ -19,7 +19,11 @@ from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
 from dbt.adapters.streamsql.execution.event_time import lateness as late
-from dbt.adapters.streamsql.execution.pipeline.bounds import bind_bounds, key_ranges
+from dbt.adapters.streamsql.execution.pipeline.bounds import (
+    bind_bounds,
+    range_measures,
+    ranges_from,
+)
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
     GROUP_DELTA,
@@ -84,26 +88,28 @@ def changed_groups(
     bind_bounds(ctx, aggregate.bounds, delta_sql, first_step)
     who = aggregate_name(label)
     reads = ctx.bindings.reads(delta_sql)
-    group_delta = ctx.views.materialize(
-        f"{label}group_delta",
-        ctx.bindings.bind(delta_sql),
-        f"{who}: the change of each group" + (f", from {reads}" if reads else ""),
-    )
     final = late.final_group_columns(lateness, waterline or {}, aggregate.group_outputs)
+    # (no FILTER clause: Spark refuses one in measures computed with the pass; collect_set
+    # leaves out the NULLs of the other rows)
     touched = {
-        f"final{i}": f"collect_set(CAST({expression} AS STRING)) FILTER (WHERE NOT "
-        f"{late.open_groups(rule, expression, value)})"
+        f"final{i}": f"collect_set(CASE WHEN NOT {late.open_groups(rule, expression, value)} "
+        f"THEN CAST({expression} AS STRING) END)"
         for i, (rule, expression, value) in enumerate(final)
     }
-    with ctx.role(f"{who}: count the changed groups, and their key ranges"):
-        ranges, found = key_ranges(
-            ctx,
-            group_columns(aggregate),
-            group_delta,
-            GROUP_ALIAS,
-            {"groups": "COUNT(*)", **touched},
-            first_step=first_step,
-        )
+    # The changed groups, counted and with their key ranges, as they are computed.
+    measures = range_measures(
+        group_columns(aggregate), GROUP_ALIAS, {"groups": "COUNT(*)", **touched}, first_step
+    )
+    group_delta, found = ctx.views.measure(
+        f"{label}group_delta",
+        ctx.bindings.bind(delta_sql),
+        measures,
+        GROUP_ALIAS,
+        f"{who}: the change of each group"
+        + (f", from {reads}" if reads else "")
+        + "; how many groups, and their key ranges",
+    )
+    ranges = ranges_from(group_columns(aggregate), GROUP_ALIAS, found, first_step)
     bounds = final_group_bounds(final, [as_list(found[name]) for name in touched]) + ranges
     if bounds:
         state = f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE {' AND '.join(bounds)}"

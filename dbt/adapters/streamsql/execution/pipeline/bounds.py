@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.sql_session import measured
 from dbt.adapters.streamsql.execution.pipeline.inputs import describe_rows
 from dbt.adapters.streamsql.planning.plan import Column, KeyBound
 
@@ -57,13 +58,30 @@ def key_ranges(
     `change`, as literals, so that Delta skips the files of keys the change does not touch.
     One query, which also computes `also` (name -> aggregate expression over the change,
     aliased `alias`) and returns their values. A first step's change is every row: no range.
+    Where the change is computed by the step, `range_measures` and `ranges_from` measure it in
+    the pass that computes it instead (`StepViews.materialize`'s measures).
     """
-    also = dict(also or {})
-    aggregates = {} if first_step else sql.range_aggregates(columns, alias)
-    aggregates.update(also)
-    if not aggregates:
+    measures = range_measures(columns, alias, also, first_step)
+    if not measures:
         return [], {}
-    select = ", ".join(f"{expression} AS {name}" for name, expression in aggregates.items())
-    row = ctx.session.query(f"SELECT {select} FROM {change} AS {alias}")[0]
-    ranges = [] if first_step else sql.range_predicates(columns, alias, row)
-    return ranges, {name: row[name] for name in also}
+    row = ctx.session.query(measured(change, measures, alias))[0]
+    return ranges_from(columns, alias, row, first_step), {name: row[name] for name in also or {}}
+
+
+def range_measures(
+    columns: Sequence[Column],
+    alias: str,
+    also: Optional[Dict[str, str]] = None,
+    first_step: bool = False,
+) -> Dict[str, str]:
+    """The aggregates `key_ranges` computes (name -> expression over rows aliased `alias`)."""
+    measures = {} if first_step else sql.range_aggregates(columns, alias)
+    measures.update(also or {})
+    return measures
+
+
+def ranges_from(
+    columns: Sequence[Column], alias: str, row: Dict[str, Any], first_step: bool = False
+) -> List[str]:
+    """`key_ranges`' predicates from the values of its `range_measures`."""
+    return [] if first_step else sql.range_predicates(columns, alias, row)
