@@ -6,7 +6,12 @@ from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.model import ModelSettings
-from dbt.adapters.streamsql.execution.pipeline.bounds import bind_bounds, key_ranges
+from dbt.adapters.streamsql.execution.pipeline.bounds import (
+    bind_bounds,
+    change_measures,
+    range_measures,
+    ranges_from,
+)
 from dbt.adapters.streamsql.planning.bounds import (
     AT_LEAST,
     AT_MOST,
@@ -103,23 +108,49 @@ def test_a_first_step_and_unused_bounds_cost_no_query():
 
 
 def test_key_ranges_cover_the_changes_keys_and_nulls_of_orderable_columns_only():
+    columns = [Column("k", "bigint"), Column("tags", "array<string>")]
+    measures = range_measures(columns, "g", {"inserts": "SUM(1)"})
+    assert measures == {
+        "lo0": "CAST(MIN(g.`k`) AS STRING)",
+        "hi0": "CAST(MAX(g.`k`) AS STRING)",
+        "inserts": "SUM(1)",
+    }
     ctx = context()
     ctx.session.answers.bound = "7"
-    ranges, found = key_ranges(
-        ctx,
-        [Column("k", "bigint"), Column("tags", "array<string>")],
-        "gd",
-        "g",
-        {"inserts": "SUM(1)"},
-    )
-    assert ranges == [
+    name, found = ctx.views.measure("gd", "SELECT 1 AS k", measures, "g")
+    assert ranges_from(columns, "g", found) == [
         "(((g.`k` >= CAST('7' AS bigint)) AND (g.`k` <= CAST('7' AS bigint))) OR g.`k` IS NULL)"
     ]
-    assert found == {"inserts": 3}
-    assert ctx.session.statements == [  # one query for the ranges and what else was asked
-        "SELECT CAST(MIN(g.`k`) AS STRING) AS lo0, CAST(MAX(g.`k`) AS STRING) AS hi0, "
-        "SUM(1) AS inserts FROM gd AS g"
+    assert found["inserts"] == 3
+    assert ctx.session.statements == [  # measured in the pass that computes the view
+        f"CHECKPOINT {name} AS SELECT 1 AS k\n-- measured in the same pass: SELECT "
+        "CAST(MIN(g.`k`) AS STRING) AS lo0, CAST(MAX(g.`k`) AS STRING) AS hi0, "
+        f"SUM(1) AS inserts FROM {name} AS g"
     ]
-    first = context()
-    assert key_ranges(first, [Column("k", "bigint")], "gd", "g", first_step=True) == ([], {})
-    assert first.session.statements == []
+    assert range_measures(columns, "g", first_step=True) == {}
+    assert ranges_from(columns, "g", {}, first_step=True) == []
+
+
+def test_the_commit_uses_a_changes_measures_only_when_it_was_measured_with_the_same_ones():
+    columns = [Column("k", "bigint"), Column("n", "bigint")]
+    wanted = change_measures(columns, ["k"], first_step=False)
+    assert set(wanted) == {
+        "lo0",
+        "hi0",
+        "inserts",
+        "deletes",
+        "widest",
+        "dlo0",
+        "dhi0",
+        "dlo1",
+        "dhi1",
+    }
+    assert wanted["dlo1"] == "CAST(MIN(CASE WHEN t._streamsql_weight < 0 THEN t.`n` END) AS STRING)"
+    ctx = context()
+    net, _ = ctx.views.measure("net", "SELECT 1", wanted, "t")
+    assert ctx.views.measured(net, wanted) is not None
+    assert ctx.views.measured(net, change_measures(columns, ["k"], first_step=True)) is not None
+    assert ctx.views.measured(net, change_measures(columns, ["n"], first_step=False)) is None
+    assert ctx.views.measured("another_view", wanted) is None
+    ctx.views.drop_all()
+    assert ctx.views.measured(net, wanted) is None  # freed with the step's views

@@ -144,8 +144,8 @@ def test_range_aggregates_and_their_predicates_skip_what_has_no_literal():
         "hi1": "CAST(unix_micros(MAX(g.`w`.start)) AS STRING)",
     }
     assert sql.range_aggregates(columns[:1], "t", where="t.w < 0", name="d") == {
-        "dlo0": "CAST(MIN(t.`k`) FILTER (WHERE t.w < 0) AS STRING)",
-        "dhi0": "CAST(MAX(t.`k`) FILTER (WHERE t.w < 0) AS STRING)",
+        "dlo0": "CAST(MIN(CASE WHEN t.w < 0 THEN t.`k` END) AS STRING)",
+        "dhi0": "CAST(MAX(CASE WHEN t.w < 0 THEN t.`k` END) AS STRING)",
     }
     row = {"lo0": "1", "hi0": "9", "lo1": None, "hi1": None}  # no window in the change
     assert sql.range_predicates(columns, "g", row) == [

@@ -11,7 +11,7 @@ phase after; each field below says which phase sets it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.commit.writes import StepWrites
@@ -43,3 +43,7 @@ class StepState:
     first_step: bool = False
     # Whether the changes read so far in this step (inputs, then stages) are inserts only.
     inserts_only: bool = True
+    # What the commit measures over the model's netted change (pipeline/bounds.change_measures),
+    # known once the inputs' changes are read: the pass that computes the change measures them
+    # too. Empty: the commit queries them (commit/protocol.py).
+    change_measures: Dict[str, str] = field(default_factory=dict)

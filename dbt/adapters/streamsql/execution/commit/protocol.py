@@ -40,14 +40,20 @@ from dbt.adapters.streamsql.execution.commit.writes import (
 )
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.sql_session import measured
 from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.pipeline.aggregate_state import group_columns
-from dbt.adapters.streamsql.execution.pipeline.bounds import key_ranges
+from dbt.adapters.streamsql.execution.pipeline.bounds import (
+    CHANGE_ALIAS,
+    change_measures,
+    key_columns,
+    ranges_from,
+)
 from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.execution.step_state import StepState
-from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
+from dbt.adapters.streamsql.planning.plan import Column
 
 MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
 # Rows per file of a first step's sorted bulk write: small enough files that a later step's key
@@ -89,26 +95,27 @@ def commit_step(
     previous, record, result, writes = step.previous, step.record, step.result, step.writes
     ranges: List[str] = []
     if not change.appends:
-        # One query: the change's counts; for a MERGE by key, its range of keys; for a MERGE
-        # of whole rows, the range of each column over the rows it deletes (a deleted row's
-        # copies in the model lie within it).
-        deleted = sql.range_aggregates(columns, "t", where=f"t.{WEIGHT} < 0", name="d")
-        with ctx.role("count the model's change: its inserts, deletes and key ranges"):
-            key_range_list, counts = key_ranges(
-                ctx,
-                key_columns(columns, key),
-                change.relation,
-                "t",
-                {**sql.change_count_aggregates(), **deleted},
-                first_step=step.first_step,
-            )
+        # The change's counts and key ranges (`bounds.change_measures`): measured by the pass
+        # that computed the change where it could, else one query.
+        wanted = change_measures(columns, key, step.first_step)
+        counts = ctx.views.measured(change.relation, wanted)
+        if counts is None:
+            with ctx.role("count the model's change: its inserts, deletes and key ranges"):
+                counts = ctx.session.query(measured(change.relation, wanted, CHANGE_ALIAS))[0]
+        key_range_list = ranges_from(
+            key_columns(columns, key), CHANGE_ALIAS, counts, step.first_step
+        )
         result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
         if int(counts["widest"]) > 1:  # several copies of one row: not one row per key
             key = None
         ranges = (
             key_range_list
             if key is not None
-            else ([] if step.first_step else sql.range_predicates(columns, "t", counts, name="d"))
+            else (
+                []
+                if step.first_step
+                else sql.range_predicates(columns, CHANGE_ALIAS, counts, name="d")
+            )
         )
     if ctx.model.append_only and result.deleted:
         raise StepError(
@@ -234,13 +241,6 @@ def with_side_record(
             table=suffix,
             also=settings,
         )
-
-
-def key_columns(columns: Sequence[Column], key: Optional[Sequence[str]]) -> List[Column]:
-    if key is None:
-        return []
-    wanted = {name.lower() for name in key}
-    return [c for c in columns if c.name.lower() in wanted]
 
 
 def small_table(ctx: StepContext, name: str) -> bool:

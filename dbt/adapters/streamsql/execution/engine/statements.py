@@ -195,11 +195,12 @@ def range_aggregates(
     orderable part of each of `columns` with one (`orderable_part`), as literal text
     (`literal_text`), over rows aliased `alias` (those that meet `where`, if given)."""
     found = {}
-    only = f" FILTER (WHERE {where})" if where else ""
     for i, column in enumerate(c for c in columns if orderable_part(c) is not None):
         part, data_type = orderable_part(column, alias), orderable_type(column)
-        found[f"{name}lo{i}"] = literal_text(f"MIN({part}){only}", data_type)
-        found[f"{name}hi{i}"] = literal_text(f"MAX({part}){only}", data_type)
+        # (not FILTER: Spark refuses it in measures computed with a pass, sql_session.py)
+        value = f"CASE WHEN {where} THEN {part} END" if where else part
+        found[f"{name}lo{i}"] = literal_text(f"MIN({value})", data_type)
+        found[f"{name}hi{i}"] = literal_text(f"MAX({value})", data_type)
     return found
 
 

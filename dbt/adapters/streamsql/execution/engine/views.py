@@ -28,6 +28,8 @@ class StepViews:
         self.session = session
         self.prefix = prefix
         self._materialized: List[str] = []
+        # view name -> the measures it was computed with, and their values
+        self._measured: Dict[str, Tuple[Dict[str, str], Dict[str, Any]]] = {}
 
     def view(self, label: str, select: str, role: Optional[str] = None) -> str:
         """A plain view: read once, planned with what reads it. `role`: what it holds, for the
@@ -55,11 +57,22 @@ class StepViews:
         with self.session.trace.role(role or f"{label}, computed now"):
             values = self.session.materialize(name, select, measures, alias)
         self._materialized.append(name)
+        if measures:
+            self._measured[name] = (dict(measures), values)
         return name, values
+
+    def measured(self, relation: str, wanted: Dict[str, str]) -> Optional[Dict[str, Any]]:
+        """The values of `wanted` (name -> expression) if `relation` is a view of this step
+        measured with each of them as it was computed; else None (to be queried)."""
+        measures, values = self._measured.get(relation, ({}, {}))
+        if any(measures.get(name) != expression for name, expression in wanted.items()):
+            return None
+        return {name: values[name] for name in wanted}
 
     def drop_all(self) -> None:
         """Free the data of the step's materialized views (plain views are replaced next step)."""
         names, self._materialized = list(reversed(self._materialized)), []
+        self._measured.clear()
         try:
             self.session.release(names)
         except Exception:  # cleanup must not hide the step's own error

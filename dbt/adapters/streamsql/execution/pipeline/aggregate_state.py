@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.pipeline.bounds import (
+    CHANGE_ALIAS,
     bind_bounds,
     range_measures,
     ranges_from,
@@ -145,11 +146,14 @@ def output_change(
     groups: ChangedGroups,
     columns: Sequence[Column],
     nothing_before: bool = False,
+    measures: Optional[Dict[str, str]] = None,
 ) -> str:
     """The consolidated change of the aggregate's output rows (materialized view).
 
     `nothing_before`: the output before the step is empty (a first step: the model's table
     starts empty even where the query's old output is not, e.g. a global aggregate's one row).
+    `measures`: what to measure over it as it is computed (rows aliased `t`: the commit's,
+    `bounds.change_measures`).
     """
     output_new = sql.bind_placeholders(aggregate.output_sql, {GROUPS: groups.new})
     output_old = sql.bind_placeholders(aggregate.output_sql, {GROUPS: groups.old})
@@ -157,9 +161,14 @@ def output_change(
         output_old = f"SELECT * FROM ({output_old}) WHERE false"
     change = inline(sql.output_change(output_new, output_old, columns))
     whose = "the model" if not label else aggregate_name(label)
-    return ctx.views.materialize(
-        f"{label}net", sql.consolidate(change, columns), f"net change of {whose}"
+    net, _ = ctx.views.measure(
+        f"{label}net",
+        sql.consolidate(change, columns),
+        measures or {},
+        CHANGE_ALIAS,
+        f"net change of {whose}",
     )
+    return net
 
 
 def aggregate_name(label: str) -> str:

@@ -2,20 +2,24 @@
 
 The planner leaves a placeholder where a join term may bound another source by the change's key
 range (planning/bounds.py, `KeyBound`); state reads and MERGEs are bounded by the changed
-groups' key ranges (`key_ranges`). Here the change's MIN and MAX are computed (one query) and
-written into the predicate as literals: Delta skips files by comparing literals with its file
-statistics, never by a subquery. A first step reads every input in full, so it is not bounded.
+groups' and the model's change's key ranges (`range_measures`, `ranges_from`). Here the change's
+MIN and MAX are computed (in the pass that computes the change where the step materializes it,
+else one query) and written into the predicate as literals: Delta skips files by comparing
+literals with its file statistics, never by a subquery. A first step reads every input in full,
+so it is not bounded.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
-from dbt.adapters.streamsql.execution.engine.sql_session import measured
 from dbt.adapters.streamsql.execution.pipeline.inputs import describe_rows
-from dbt.adapters.streamsql.planning.plan import Column, KeyBound
+from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, KeyBound
+
+# How the commit's measures name the rows of the model's change.
+CHANGE_ALIAS = "t"
 
 
 def bind_bounds(
@@ -44,37 +48,17 @@ def bound_predicates(ctx: StepContext, bounds: Sequence[KeyBound]) -> List[str]:
     return [sql.bound_predicate(bound, texts[f"v{i}"], types[i]) for i, bound in enumerate(bounds)]
 
 
-def key_ranges(
-    ctx: StepContext,
-    columns: Sequence[Column],
-    change: str,
-    alias: str,
-    also: Optional[Dict[str, str]] = None,
-    first_step: bool = False,
-) -> Tuple[List[str], Dict[str, Any]]:
-    """Predicates over rows aliased `alias` holding every key a change holds (NULLs too).
-
-    For each key column with an orderable part (`statements.orderable_part`): its range over
-    `change`, as literals, so that Delta skips the files of keys the change does not touch.
-    One query, which also computes `also` (name -> aggregate expression over the change,
-    aliased `alias`) and returns their values. A first step's change is every row: no range.
-    Where the change is computed by the step, `range_measures` and `ranges_from` measure it in
-    the pass that computes it instead (`StepViews.materialize`'s measures).
-    """
-    measures = range_measures(columns, alias, also, first_step)
-    if not measures:
-        return [], {}
-    row = ctx.session.query(measured(change, measures, alias))[0]
-    return ranges_from(columns, alias, row, first_step), {name: row[name] for name in also or {}}
-
-
 def range_measures(
     columns: Sequence[Column],
     alias: str,
     also: Optional[Dict[str, str]] = None,
     first_step: bool = False,
 ) -> Dict[str, str]:
-    """The aggregates `key_ranges` computes (name -> expression over rows aliased `alias`)."""
+    """Measures (name -> aggregate expression over rows aliased `alias`) of the range of each
+    key column with an orderable part (`statements.orderable_part`) over a change, so that
+    Delta skips the files of keys it does not touch (`ranges_from`), and `also`. A first
+    step's change is every row: no range. Computed with the pass that computes the change
+    (`StepViews.measure`), or by one query over it."""
     measures = {} if first_step else sql.range_aggregates(columns, alias)
     measures.update(also or {})
     return measures
@@ -83,5 +67,28 @@ def range_measures(
 def ranges_from(
     columns: Sequence[Column], alias: str, row: Dict[str, Any], first_step: bool = False
 ) -> List[str]:
-    """`key_ranges`' predicates from the values of its `range_measures`."""
+    """Predicates over rows aliased `alias` holding every key the change holds (NULLs too),
+    with the values of its `range_measures` as literals."""
     return [] if first_step else sql.range_predicates(columns, alias, row)
+
+
+def key_columns(columns: Sequence[Column], key: Optional[Sequence[str]]) -> List[Column]:
+    """The columns of `key` (names, any case) among `columns`, in the columns' order."""
+    if key is None:
+        return []
+    wanted = {name.lower() for name in key}
+    return [c for c in columns if c.name.lower() in wanted]
+
+
+def change_measures(
+    columns: Sequence[Column], key: Optional[Sequence[str]], first_step: bool
+) -> Dict[str, str]:
+    """What the commit measures over the model's netted change (rows aliased `t`): its
+    inserts, deletes and widest weight; for a MERGE by `key`, the range of each key column;
+    for a MERGE of whole rows, the range of each column over the rows it deletes (a deleted
+    row's copies in the model lie within it)."""
+    deleted = sql.range_aggregates(
+        columns, CHANGE_ALIAS, where=f"{CHANGE_ALIAS}.{WEIGHT} < 0", name="d"
+    )
+    also = {**sql.change_count_aggregates(), **deleted}
+    return range_measures(key_columns(columns, key), CHANGE_ALIAS, also, first_step)

@@ -30,7 +30,7 @@ from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
     output_change,
     state_before,
 )
-from dbt.adapters.streamsql.execution.pipeline.bounds import bind_bounds
+from dbt.adapters.streamsql.execution.pipeline.bounds import CHANGE_ALIAS, bind_bounds
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
@@ -134,13 +134,19 @@ def linear_change(ctx: StepContext, step: StepState, plan: StepPlan) -> ModelCha
     reads = ctx.bindings.reads(change_sql)
     if monotonic and step.inserts_only:
         return ModelChange(change, appends=True, reads=reads)
-    return ModelChange(
-        ctx.views.materialize(
-            "net",
-            sql.consolidate(change, plan.output_columns),
-            with_reads("net change of the model", reads),
-        )
+    return model_net(
+        ctx,
+        step,
+        sql.consolidate(change, plan.output_columns),
+        with_reads("net change of the model", reads),
     )
+
+
+def model_net(ctx: StepContext, step: StepState, select: str, role: str) -> ModelChange:
+    """The model's netted change, materialized, and measured for the commit as it is computed
+    (`StepState.change_measures`)."""
+    net, _ = ctx.views.measure("net", select, step.change_measures, CHANGE_ALIAS, role)
+    return ModelChange(net)
 
 
 def with_reads(role: str, reads: str) -> str:
@@ -148,7 +154,7 @@ def with_reads(role: str, reads: str) -> str:
     return f"{role}, from {reads}" if reads else role
 
 
-def recompute_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
+def recompute_change(ctx: StepContext, step: StepState, plan: StepPlan) -> ModelChange:
     """The query over the new inputs (+1) and the model's table before the step (-1), netted."""
     version = ctx.target_version
     if version is None:
@@ -160,15 +166,14 @@ def recompute_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
         role=f"the model's table as of version {version}",
     )
     change = inline(ctx.bindings.bind(plan.change_sql or ""))
-    return ModelChange(
-        ctx.views.materialize(
-            "net",
-            sql.consolidate(change, plan.output_columns),
-            with_reads(
-                "net change of the model: its query recomputed, minus its table",
-                ctx.bindings.reads(plan.change_sql or ""),
-            ),
-        )
+    return model_net(
+        ctx,
+        step,
+        sql.consolidate(change, plan.output_columns),
+        with_reads(
+            "net change of the model: its query recomputed, minus its table",
+            ctx.bindings.reads(plan.change_sql or ""),
+        ),
     )
 
 
@@ -192,7 +197,13 @@ def aggregate_change(
     # The table starts empty, even where the query's old output is not (a global aggregate
     # has one row over no input): on the first step there is nothing to delete.
     net = output_change(
-        ctx, "", aggregate, groups, plan.output_columns, nothing_before=previous.step == 0
+        ctx,
+        "",
+        aggregate,
+        groups,
+        plan.output_columns,
+        nothing_before=previous.step == 0,
+        measures=step.change_measures,
     )
     return (
         ModelChange(net),

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit import history, tables
 from dbt.adapters.streamsql.execution.commit.protocol import commit_step, write_side_tables
@@ -50,7 +50,7 @@ from dbt.adapters.streamsql.execution.event_time.rules import (
     event_time_rules,
 )
 from dbt.adapters.streamsql.execution.model import ModelSettings
-from dbt.adapters.streamsql.execution.pipeline import change, inputs, keys, plan_choice
+from dbt.adapters.streamsql.execution.pipeline import bounds, change, inputs, keys, plan_choice
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.execution.recovery import faults, schema
 from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
@@ -220,11 +220,11 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
     tables.compact_state_tables(ctx, plan, previous, step.record)
 
     # 3. the change, and 4. event time
-    model_change = compute_step(ctx, step, plan, read, rules)
-
-    # 5. the commit
     columns = schema.written_columns(ctx, step.schema, previous, plan.output_columns)
     key = decided.key
+    model_change = compute_step(ctx, step, plan, read, rules, (columns, key))
+
+    # 5. the commit
     keys.check_unique(ctx, model_change, columns, decided.unique and key, step.record.step)
     commit_step(ctx, step, model_change, columns, rules.lateness, key=key)
     return step.result
@@ -236,12 +236,17 @@ def compute_step(
     plan: StepPlan,
     read: Sequence[InputState],
     rules: EventTimeRules,
+    committed_as: Optional[Tuple[Sequence[Column], Optional[Sequence[str]]]] = None,
 ) -> ModelChange:
     """Phases 3 and 4: the model's change from the inputs' changes since the step's previous
     one; what the step writes besides goes into `step.writes`. Nothing is written (every read
-    is pinned to a version: commit/protocol.py)."""
+    is pinned to a version: commit/protocol.py). `committed_as`: the columns and key the commit
+    writes the change with, so that the pass computing the change also measures what the
+    commit needs of it (`StepState.change_measures`)."""
     previous = step.previous
     step.first_step = all(previous.input_versions.get(i.table.name) is None for i in read)
+    if committed_as is not None:
+        step.change_measures = bounds.change_measures(*committed_as, step.first_step)
     final = emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)
     changes = inputs.read_changes(ctx, read, previous)
     # an input that cannot be read from where the last step left it: a recompute
@@ -262,7 +267,7 @@ def compute_step(
     elif plan.strategy == "linear":
         model_change = change.linear_change(ctx, step, plan)
     else:
-        model_change = change.recompute_change(ctx, plan)
+        model_change = change.recompute_change(ctx, step, plan)
 
     model_change = recovery.finish(ctx, step, adjusted, model_change)
     if rules.watermark or rules.lateness:
