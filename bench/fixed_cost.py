@@ -4,7 +4,10 @@ A project of 16 incremental views (projections and filters, GROUP BYs, joins, ch
 small sources. In one warm process (dbt in-process through `dbtRunner`, one JVM):
 
 1. the first build;
-2. `--steps` steps: a few dozen rows appended to `events` (every model changes), then `dbt run`;
+2. `--steps` steps: a few dozen rows appended to `events` (every model changes), then `dbt run`
+   of the views and a `dbt run` of their `table` twins (the same queries rebuilt from scratch,
+   the floor a view's step is measured against), taking turns going first; after each step
+   every view must equal its twin;
 3. `--floor-runs` runs with no new rows (no model is a step).
 
 Then `--cold-runs` separate `dbt run` processes (a cron job's run: a new JVM each), once with
@@ -40,6 +43,7 @@ from benchlib import (
     machine_info,
     machine_lines,
     median,
+    multiset_difference,
     start_session,
     statement_label,
     write_project_skeleton,
@@ -50,6 +54,8 @@ SOURCE = "fc_src"
 EVENTS = f"{{{{ source('{SOURCE}', 'events') }}}}"
 DIMS = f"{{{{ source('{SOURCE}', 'dims') }}}}"
 IV = "{{ config(materialized='incremental_view') }}\n"
+TABLE = "{{ config(materialized='table') }}\n"
+TWIN = "t_"  # a view's `table` twin: the same query, rebuilt by every run
 
 # model -> (kind, SQL)
 MODELS: Dict[str, tuple] = {
@@ -89,8 +95,23 @@ BREAKDOWN = ("p_all", "g_count")  # models whose step is shown statement by stat
 
 
 def write_models(work: Path) -> None:
+    """Each view, and its `table` twin (a chain's twin reads the twins)."""
     for name, (_, sql) in MODELS.items():
         (work / "models" / f"{name}.sql").write_text(IV + sql + "\n")
+        twin = re.sub(r"ref\('(\w+)'\)", lambda m: f"ref('{TWIN}{m.group(1)}')", sql)
+        (work / "models" / f"{TWIN}{name}.sql").write_text(TABLE + twin + "\n")
+
+
+def differing_views(spark: Any) -> List[str]:
+    """The views whose rows are not their `table` twin's (as multisets)."""
+    return [
+        name
+        for name in MODELS
+        if multiset_difference(
+            spark, f"SELECT * FROM {SCHEMA}.{name}", f"SELECT * FROM {SCHEMA}.{TWIN}{name}"
+        )
+        != (0, 0)
+    ]
 
 
 def create_sources(spark: Any) -> None:
@@ -129,7 +150,8 @@ def cold_run(work: Path) -> Dict[str, Any]:
         log.unlink()
     started = time.time()
     result = subprocess.run(
-        [dbt, "run", "--project-dir", str(work), "--profiles-dir", str(work)],
+        [dbt, "run", "--project-dir", str(work), "--profiles-dir", str(work)]
+        + ["--select", *MODELS],  # the views, not their `table` twins
         cwd=work,
         capture_output=True,
         text=True,
@@ -176,22 +198,38 @@ def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
     create_sources(spark)
     dbt = Dbt(work)
     names = list(MODELS)
+    twins = [f"{TWIN}{name}" for name in names]
     started = time.monotonic()
     dbt.run(names)
     first_build = time.monotonic() - started
     print(f"first build in {first_build:.1f} s", flush=True)
+    dbt.run(twins)
 
     next_id = HISTORY_ROWS
     steps: List[Dict[str, NodeRun]] = []
     step_walls: List[float] = []
+    rebuilds: List[Dict[str, NodeRun]] = []
+    rebuild_walls: List[float] = []
     for number in range(args.steps):
         append(spark, next_id, args.step_rows)
         next_id += args.step_rows
-        wall, nodes = dbt.run(names)
-        assert all(node.adapter.get("applied") is not None for node in nodes.values())
-        steps.append(nodes)
-        step_walls.append(wall)
-        print(f"step {number + 1}: {wall:.1f} s for {len(nodes)} models", flush=True)
+        # the views' step and the tables' rebuild, in turns first (caches, JIT)
+        for which in (names, twins) if number % 2 == 0 else (twins, names):
+            wall, nodes = dbt.run(which)
+            if which is names:
+                assert all(node.adapter.get("applied") is not None for node in nodes.values())
+                steps.append(nodes)
+                step_walls.append(wall)
+            else:
+                rebuilds.append(nodes)
+                rebuild_walls.append(wall)
+        differing = differing_views(spark)
+        assert not differing, f"step {number + 1}: views differ from their tables: {differing}"
+        print(
+            f"step {number + 1}: views {step_walls[-1]:.1f} s, the same queries as tables "
+            f"{rebuild_walls[-1]:.1f} s, for {len(names)} models; every view equals its table",
+            flush=True,
+        )
     floors: List[Dict[str, NodeRun]] = []
     floor_walls: List[float] = []
     for number in range(args.floor_runs):
@@ -214,6 +252,10 @@ def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
         "step_by_kind_s": by_kind(steps),
         "no_change_by_kind_s": by_kind(floors),
         "step_wall_s": step_walls,
+        "rebuild_wall_s": rebuild_walls,
+        "rebuild_by_kind_s": by_kind(
+            [{name[len(TWIN) :]: node for name, node in nodes.items()} for nodes in rebuilds]
+        ),
         "no_change_wall_s": floor_walls,
         "statements_per_step": {n: len(node.statements) for n, node in steps[-1].items()},
         "statements_per_no_change": {n: len(node.statements) for n, node in floors[-1].items()},
@@ -326,6 +368,31 @@ def report(results: Dict[str, Any]) -> str:
         f"no-change {fmt(median(results['no_change_wall_s']))} s (medians). First build "
         f"{fmt(results['first_build_s'])} s.",
         "",
+    ]
+    rebuilt = results.get("rebuild_by_kind_s")
+    if rebuilt:
+        lines += [
+            "The same 16 queries as dbt `table` models, rebuilt by a `dbt run` in the same "
+            "process after the same appends (the two runs take turns going first; after every "
+            "step each view equals its table):",
+            "",
+            "| model kind | view step s | table rebuild s | view / table |",
+            "|---|---:|---:|---:|",
+        ]
+        for kind in steps:
+            lines.append(
+                f"| {kind} | {fmt(steps[kind])} | {fmt(rebuilt[kind])} | "
+                f"{fmt(steps[kind] / rebuilt[kind])} |"
+            )
+        view_wall, table_wall = median(results["step_wall_s"]), median(results["rebuild_wall_s"])
+        lines += [
+            "",
+            f"Whole `dbt run`: views {fmt(view_wall)} s, tables {fmt(table_wall)} s "
+            f"(views / tables {fmt(view_wall / table_wall)}; medians over "
+            f"{len(results['rebuild_wall_s'])} steps).",
+            "",
+        ]
+    lines += [
         "Statements a model runs (last step / last no-change run): "
         + ", ".join(
             f"{name} {results['statements_per_step'][name]} / "
