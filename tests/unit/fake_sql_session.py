@@ -334,6 +334,8 @@ class FakeSqlSession:
                 row.update({"inserts": a.inserts, "deletes": a.deletes, "widest": a.widest})
             if " AS groups" in statement:
                 row["groups"] = a.groups
+            if " AS recompute" in statement:
+                row["recompute"] = a.recompute_groups
             return [row]
         if "HAVING SUM(n) > 1" in statement:  # unique_key: no key has two rows
             return []

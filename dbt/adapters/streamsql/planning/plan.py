@@ -129,16 +129,17 @@ class AggregatePlan:
     # (except a global aggregate without GROUP BY, which always has exactly one row). The group
     # columns let the executor tie an output change back to its group (LATENESS).
     output_sql: str
-    # `combine_sql` without recomputing MIN/MAX from the inputs, to use when
-    # `recompute_check_sql` (SELECT COUNT(*) AS n over `__streamsql_group_delta__`) returns 0, i.e.
-    # no deleted value can have been a group's MIN/MAX. None when every step must recompute.
+    # `combine_sql` without recomputing MIN/MAX from the inputs, to use when `recompute_check`
+    # (an aggregate over the rows of `__streamsql_group_delta__`: how many may have lost a MIN or
+    # MAX) is 0, i.e. no deleted value can have been a group's MIN/MAX. None when every step
+    # must recompute.
     combine_without_recompute_sql: Optional[str] = None
     # (output column, SQL over the group columns of a state row aliased GROUP_ALIAS) for output
     # columns that depend on the group alone, e.g.
     # ("hour_start", "_streamsql_grp._streamsql_g1.start"): a LATENESS waterline on such a column
     # tells which groups are final, so a step can skip their state.
     group_outputs: Tuple[Tuple[str, str], ...] = ()
-    recompute_check_sql: Optional[str] = None
+    recompute_check: Optional[str] = None
     # Key bounds `delta_sql` and `later_delta_sql` hold (joins below the aggregate).
     bounds: Tuple[KeyBound, ...] = ()
     # `delta_sql` for steps after the first, reading no input's older version (linear.py), where

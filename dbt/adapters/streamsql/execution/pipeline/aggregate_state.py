@@ -83,7 +83,7 @@ def changed_groups(
     if (
         not first_step
         and aggregate.later_delta_sql is not None
-        and not (aggregate.recompute_check_sql and inserts_only)
+        and not (aggregate.recompute_check and inserts_only)
     ):
         delta_sql = aggregate.later_delta_sql
     bind_bounds(ctx, aggregate.bounds, delta_sql, first_step)
@@ -97,9 +97,15 @@ def changed_groups(
         f"THEN CAST({expression} AS STRING) END)"
         for i, (rule, expression, value) in enumerate(final)
     }
-    # The changed groups, counted and with their key ranges, as they are computed.
+    # The changed groups, counted and with their key ranges, as they are computed; with MIN/MAX,
+    # also how many may have lost an extreme.
+    shortcut = aggregate.recompute_check and aggregate.combine_without_recompute_sql
+    check = {"recompute": aggregate.recompute_check} if shortcut else {}
     measures = range_measures(
-        group_columns(aggregate), GROUP_ALIAS, {"groups": "COUNT(*)", **touched}, first_step
+        group_columns(aggregate),
+        GROUP_ALIAS,
+        {"groups": "COUNT(*)", **touched, **check},
+        first_step,
     )
     group_delta, found = ctx.views.measure(
         f"{label}group_delta",
@@ -108,7 +114,8 @@ def changed_groups(
         GROUP_ALIAS,
         f"{who}: the change of each group"
         + (f", from {reads}" if reads else "")
-        + "; how many groups, and their key ranges",
+        + "; how many groups, and their key ranges"
+        + ("; may a deletion have removed a group's MIN or MAX?" if shortcut else ""),
     )
     ranges = ranges_from(group_columns(aggregate), GROUP_ALIAS, found, first_step)
     bounds = final_group_bounds(final, [as_list(found[name]) for name in touched]) + ranges
@@ -124,13 +131,9 @@ def changed_groups(
     )
     local = {GROUP_DELTA: group_delta, STATE: old}
     combine = aggregate.combine_sql
-    if aggregate.recompute_check_sql and aggregate.combine_without_recompute_sql:
-        check = ctx.bindings.bind(aggregate.recompute_check_sql, local)
-        with ctx.role(f"{who}: may a deletion have removed a group's MIN or MAX?"):
-            recompute = int(ctx.session.query(check)[0]["n"])
-        if recompute == 0:
-            # No deleted value can have been a MIN/MAX: skip re-reading the inputs' history.
-            combine = aggregate.combine_without_recompute_sql
+    if shortcut and int(found["recompute"]) == 0:
+        # No deleted value can have been a MIN/MAX: skip re-reading the inputs' history.
+        combine = aggregate.combine_without_recompute_sql
     new = ctx.views.materialize(
         f"{label}groups_new",
         ctx.bindings.bind(combine, local),
