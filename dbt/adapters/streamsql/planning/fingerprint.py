@@ -63,20 +63,29 @@ def whitespace_collapsed(sql: str) -> str:
 def canonical_sql(sql: str) -> str:
     """The query printed again without comments or layout; the text, whitespace collapsed,
     when it cannot be parsed."""
-    return canonical_form(sql)[0]
+    tree = parsed(sql)
+    if tree is None:
+        return whitespace_collapsed(sql)
+    return tree.sql(dialect=DIALECT, comments=False)
 
 
 def clause_texts(sql: str) -> Dict[str, str]:
     """The canonical text of each top-level clause, by its name in messages (empty when the
     query cannot be parsed)."""
-    return canonical_form(sql)[1]
+    tree = parsed(sql)
+    return {} if tree is None else _clauses(tree)
 
 
 def canonical_form(sql: str) -> Tuple[str, Dict[str, str]]:
-    """`canonical_sql` and `clause_texts` of `sql`, from one parse."""
+    """`canonical_sql` and `clause_texts` of `sql`, from one parse (a step records both; a
+    run that only compares the query prints no clause)."""
     tree = parsed(sql)
     if tree is None:
         return whitespace_collapsed(sql), {}
+    return tree.sql(dialect=DIALECT, comments=False), _clauses(tree)
+
+
+def _clauses(tree: exp.Expression) -> Dict[str, str]:
     clauses: Dict[str, str] = {}
     for key, value in tree.args.items():
         if value is None or value is False or value == []:
@@ -89,4 +98,4 @@ def canonical_form(sql: str) -> Tuple[str, Dict[str, str]]:
         else:
             text = str(value)
         clauses[name] = text
-    return tree.sql(dialect=DIALECT, comments=False), clauses
+    return clauses
