@@ -152,5 +152,8 @@ def test_the_commit_uses_a_changes_measures_only_when_it_was_measured_with_the_s
     assert ctx.views.measured(net, change_measures(columns, ["k"], first_step=True)) is not None
     assert ctx.views.measured(net, change_measures(columns, ["n"], first_step=False)) is None
     assert ctx.views.measured("another_view", wanted) is None
+    ctx.views.materialize("net", "SELECT 2")  # the same view computed again, unmeasured
+    assert ctx.views.measured(net, wanted) is None
+    ctx.views.measure("net", "SELECT 1", wanted, "t")
     ctx.views.drop_all()
     assert ctx.views.measured(net, wanted) is None  # freed with the step's views

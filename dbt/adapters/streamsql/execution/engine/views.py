@@ -59,6 +59,8 @@ class StepViews:
         self._materialized.append(name)
         if measures:
             self._measured[name] = (dict(measures), values)
+        else:  # computed again without them: what was measured before is not this view's
+            self._measured.pop(name, None)
         return name, values
 
     def measured(self, relation: str, wanted: Dict[str, str]) -> Optional[Dict[str, Any]]:
