@@ -22,6 +22,7 @@ def dbt_profile_target(warehouse_dir):
     return {
         "type": "streamsql",
         "method": "session",
+        "keep_warm": False,  # in the test process: one JVM for the whole run
         "warehouse_dir": warehouse_dir,
         "threads": 1,
         # Tests move a few rows per query: compiling code and adaptive planning would cost more

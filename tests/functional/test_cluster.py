@@ -3,7 +3,8 @@
 Starts a standalone master and worker on loopback from the pyspark installation
 (`scripts/spark_servers.py`), runs the sample project's first steps with `method: session` pointed
 at the cluster, then starts a Spark Thrift Server with Delta (on the same cluster) and runs the
-same steps through `method: thrift`, then runs them in the embedded session, and compares every
+same steps through `method: thrift`, then runs them on the embedded Spark as the default profile
+does (the warm server: Spark Connect on this machine), and compares every
 incremental view (and LATENESS quarantine) across the three as multisets. Each run is a separate
 process (`tests/sample_steps.py`) with its own warehouse and metastore. The step times of the
 three runs are written to `logs/cluster_step_times.json` (and printed, see `-s`).
@@ -21,6 +22,7 @@ from typing import Any, Dict
 
 import pytest
 
+from dbt.adapters.streamsql import warm_server
 from scripts.spark_servers import StandaloneCluster, ThriftServer
 from tests.functional.test_concurrency import assert_consistent, two_runs_at_once
 
@@ -125,6 +127,7 @@ def test_sample_project_same_views_embedded_on_cluster_and_over_thrift(cluster, 
         {
             "type": "streamsql",
             "method": "session",
+            "keep_warm": False,  # Spark in the run's process, its executors on the cluster
             "schema": "demo",
             "threads": 4,
             "master": cluster.url,
@@ -172,17 +175,38 @@ def test_sample_project_same_views_embedded_on_cluster_and_over_thrift(cluster, 
     finally:
         thrift.stop()
 
-    reports["embedded"] = run_steps(
-        tmp_path / "embedded",
-        {
+    # The embedded Spark as the sample project's default profile runs it: the warm server, a
+    # Spark Connect server on this machine; then two runs at once through it, over
+    # `method: connect` pointed at it.
+    warehouse = tmp_path / "embedded" / "warehouse"
+    warm = warm_server.ServerPaths(str(warehouse))
+    try:
+        reports["embedded"] = run_steps(
+            tmp_path / "embedded",
+            {
+                "type": "streamsql",
+                "method": "session",
+                "keep_warm": True,
+                "schema": "demo",
+                "threads": 4,
+                "warehouse_dir": str(warehouse),
+                "server_side_parameters": SMALL_DATA,
+            },
+        )
+        server = warm_server.ServerState.read(warm)
+        assert server is not None, "the embedded run did not go through the warm server"
+        concurrent = {
             "type": "streamsql",
-            "method": "session",
-            "schema": "demo",
-            "threads": 4,
-            "warehouse_dir": str(tmp_path / "embedded" / "warehouse"),
-            "server_side_parameters": SMALL_DATA,
-        },
-    )
+            "method": "connect",
+            "host": "localhost",
+            "port": server.port,
+            "token": warm_server.read_token(warm),
+            "schema": "conc_connect",
+        }
+        outputs = two_runs_at_once(tmp_path / "concurrent_connect", concurrent)
+        assert_consistent(tmp_path / "concurrent_connect", concurrent, outputs)
+    finally:
+        warm_server.stop_server(warm)
 
     times = {mode: step_times(report) for mode, report in reports.items()}
     RESULTS_FILE.parent.mkdir(exist_ok=True)

@@ -15,6 +15,7 @@ import pytest
 from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
 from dbt.adapters.streamsql.execution.engine import delta_log
 from dbt.adapters.streamsql.execution.engine.delta_log import (
+    FileDeltaLog,
     JvmDeltaLog,
     NotDeltaTable,
     SqlDeltaLog,
@@ -39,6 +40,16 @@ def spark(warehouse_dir):
     return get_spark_session(SessionSettings(warehouse_dir, "local[2]", {}, 60))
 
 
+class OnlyLocations(SqlDeltaLog):
+    """The file reader's fallback, refusing every question but the catalog's (exists, and the
+    location it reads from a session query): a silent fall back would only show as lost speed."""
+
+    def _refuse(self, *args: Any) -> Any:
+        raise AssertionError(f"the file reader fell back to SQL: {args}")
+
+    version = snapshot = commits = recent_commits = _refuse
+
+
 @pytest.fixture(scope="module")
 def readers(spark, request):
     sql_reader = SqlDeltaLog(SparkSqlSession(spark))
@@ -49,6 +60,12 @@ def readers(spark, request):
 
     jvm_reader._fall_back = no_fall_back
     return jvm_reader, sql_reader
+
+
+@pytest.fixture(scope="module")
+def file_reader(spark):
+    """What the warm server's clients read: the log's files on this machine."""
+    return FileDeltaLog(OnlyLocations(SparkSqlSession(spark)), "test_delta_log")
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +93,12 @@ def table(spark):
     return name
 
 
-def test_snapshots_agree(readers, table):
+def test_snapshots_agree(readers, file_reader, table):
     jvm, sql = readers
     from_jvm, from_sql = jvm.snapshot(table), sql.snapshot(table)
     assert from_jvm == from_sql  # the size from the version's checksum file included
+    assert file_reader.snapshot(table) == from_sql
+    assert file_reader.version(table) == from_sql.version
     assert from_jvm.version == 6 and from_jvm.table_id and from_jvm.size_bytes
     assert from_jvm.properties["delta.enableChangeDataFeed"] == "true"
     assert [c.data_type for c in from_jvm.columns] == [
@@ -94,9 +113,11 @@ def test_snapshots_agree(readers, table):
     ]
 
 
-def test_commits_agree_and_count_their_change_feed(spark, readers, table):
+def test_commits_agree_and_count_their_change_feed(spark, readers, file_reader, table):
     jvm, sql = readers
     from_jvm, from_sql = jvm.commits(table, 1, 6), sql.commits(table, 1, 6)
+    assert file_reader.commits(table, 1, 6) == from_jvm
+    assert file_reader.recent_commits(table, 3) == jvm.recent_commits(table, 3)
     assert [c.version for c in from_jvm] == [1, 2, 3, 4, 5, 6]
     for a, b in zip(from_jvm, from_sql):
         assert (a.operation, dict(a.parameters), dict(a.metrics), a.user_metadata) == (
@@ -114,11 +135,11 @@ def test_commits_agree_and_count_their_change_feed(spark, readers, table):
         assert commit.change_rows == (rows["n"], rows["r"]), (commit.operation, commit.metrics)
 
 
-def test_what_is_not_a_delta_table_or_not_there(spark, readers):
+def test_what_is_not_a_delta_table_or_not_there(spark, readers, file_reader):
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
     spark.sql(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.plain (a INT) USING parquet")
     spark.sql(f"CREATE OR REPLACE VIEW {SCHEMA}.a_view AS SELECT 1 AS a")
-    for reader in readers:
+    for reader in (*readers, file_reader):
         with pytest.raises(NotDeltaTable):
             reader.snapshot(f"{SCHEMA}.plain")
         for name in ("nothing_here", "a_view"):

@@ -1,7 +1,8 @@
 """The demo (scripts/demo.py on sample_project/) in short: a few steps, every dbt test passing.
 
-Runs the driver in a subprocess (its own JVM and embedded warehouse, so it does not touch the
-session the other functional tests share) with a temporary warehouse and target directory.
+Runs the driver in a subprocess with a temporary warehouse and target directory, on the sample
+project's default profile: the embedded Spark in a warm server (a Spark Connect server of its
+own, so it does not touch the session the other functional tests share), stopped at the end.
 """
 
 import json
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from dbt.adapters.streamsql import warm_server
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 2  # the second step is the first incremental one
@@ -23,29 +26,12 @@ def test_demo_runs_steps_with_every_dbt_test_passing(tmp_path):
     chart = tmp_path / "demo.png"
     env = dict(os.environ, DBT_SEND_ANONYMOUS_USAGE_STATS="false")
     env.pop("STREAMSQL_WAREHOUSE_DIR", None)
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "demo.py"),
-            "--steps",
-            str(STEPS),
-            "--rate",
-            "100",
-            "--warehouse-dir",
-            str(tmp_path / "warehouse"),
-            "--target-path",
-            str(tmp_path / "target"),
-            "--chart",
-            str(chart),
-            "--summary",
-            str(summary),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    server = warm_server.ServerPaths(str(tmp_path / "warehouse"))
+    try:
+        completed = run_demo(tmp_path, summary, chart, env)
+        assert warm_server.ServerState.read(server) is not None, "the demo ran no warm server"
+    finally:
+        warm_server.stop_server(server)
     output = completed.stdout + completed.stderr[-5000:]
     assert completed.returncode == 0, output
 
@@ -69,4 +55,30 @@ def test_demo_runs_steps_with_every_dbt_test_passing(tmp_path):
     # the shipments source keeps an hour of removed files: the retention guard says so
     assert (
         "shipments keeps 1 hour of history (delta.deletedFileRetentionDuration)" in completed.stdout
+    )
+
+
+def run_demo(tmp_path: Path, summary: Path, chart: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "demo.py"),
+            "--steps",
+            str(STEPS),
+            "--rate",
+            "100",
+            "--warehouse-dir",
+            str(tmp_path / "warehouse"),
+            "--target-path",
+            str(tmp_path / "target"),
+            "--chart",
+            str(chart),
+            "--summary",
+            str(summary),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )

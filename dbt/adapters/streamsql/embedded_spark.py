@@ -197,7 +197,7 @@ def get_spark_session(settings: SessionSettings) -> Any:
                     f"{settings.master!r}. Use one warehouse_dir per dbt invocation."
                 )
             return _session
-        _check_java()
+        check_java()
         os.makedirs(settings.warehouse_dir, exist_ok=True)
         if settings.uses_embedded_metastore:
             # Derby runs in the driver (this process) whatever the master: on a cluster too,
@@ -212,7 +212,7 @@ def get_spark_session(settings: SessionSettings) -> Any:
         return _session
 
 
-def _check_java() -> None:
+def check_java() -> None:
     java_home = os.environ.get("JAVA_HOME")
     if java_home and os.path.exists(os.path.join(java_home, "bin", "java")):
         return

@@ -13,14 +13,31 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 from dbt.adapters.events.types import SQLQuery, SQLQueryStatus
 from dbt_common.events.contextvars import get_node_info
 from dbt_common.events.functions import fire_event
+from dbt_common.invocation import get_invocation_id
 
 from dbt.adapters.streamsql.execution.engine.delta_log import (
     DeltaLogReader,
+    FileDeltaLog,
     JvmDeltaLog,
     SqlDeltaLog,
 )
 from dbt.adapters.streamsql.execution.engine.statements import cached_view, reset_conf, set_conf
 from dbt.adapters.streamsql.execution.engine.trace import StatementTrace
+
+
+def is_connect_session(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect client session (not a session in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def spark_api(spark: Any) -> Tuple[Any, Any]:
+    """(Observation, functions) of `spark`'s kind: Spark Connect has its own of each."""
+    if is_connect_session(spark):
+        from pyspark.sql.connect import functions
+        from pyspark.sql.connect.observation import Observation
+    else:
+        from pyspark.sql import Observation, functions  # type: ignore[assignment]
+    return Observation, functions
 
 
 class SqlSession(Protocol):
@@ -136,9 +153,11 @@ class AdapterSqlSession:
         observed: Dict[str, Any] = {}
 
         def checkpoint() -> None:
-            from pyspark.sql import Observation
-            from pyspark.sql import functions as F
-
+            Observation, F = spark_api(spark)
+            if is_connect_session(spark):
+                # Spark Connect binds a checkpoint's result to the thread's active session, which
+                # is the first session this thread made (often a closed one), not this one.
+                type(spark)._active_session.session = spark
             frame = spark.sql(select)
             observation = Observation(f"{name}_measures")
             if measures:
@@ -152,7 +171,7 @@ class AdapterSqlSession:
                 observed.update(wait_for(lambda: observation.get, OBSERVED_WAIT_SECONDS) or {})
 
         self._embedded(checkpoint_text(name, select, measures, alias), checkpoint)
-        if measures and not observed:  # Spark did not report them: ask
+        if measures and not observed:  # Spark did not report them (or, over Connect, cannot): ask
             return self.query(measured(name, measures, alias))[0]
         return observed
 
@@ -170,8 +189,9 @@ class AdapterSqlSession:
             for name in names:
                 spark.catalog.dropTempView(name)
                 frame = self._checkpoints.pop(name, None)
-                if frame is not None:
+                if frame is not None and not is_connect_session(spark):
                     frame._jdf.queryExecution().logical().rdd().unpersist(False)
+                # Over Spark Connect the server frees a checkpoint once no client frame names it.
 
         if names:
             self._embedded(";\n".join(f"DROP VIEW IF EXISTS {name}" for name in names), drop)
@@ -218,16 +238,23 @@ class AdapterSqlSession:
             )
 
     def delta_log(self) -> DeltaLogReader:
-        """Delta's log read in the JVM in the embedded session, through SQL elsewhere."""
+        """Delta's log read in the JVM in the embedded session, from its files through the
+        warm server (on this machine), through SQL elsewhere."""
         spark = self._embedded_spark()
         if spark is None:
             return SqlDeltaLog(self)
-        return JvmDeltaLog(spark, SqlDeltaLog(self))
+        if not is_connect_session(spark):
+            return JvmDeltaLog(spark, SqlDeltaLog(self))
+        credentials = self.adapter.config.credentials
+        if credentials.method == "session":  # the warm server: the same machine's files
+            return FileDeltaLog(SqlDeltaLog(self), get_invocation_id())
+        return SqlDeltaLog(self)
 
     def local_checkpoints(self) -> bool:
         return self._embedded_spark() is not None
 
     def _embedded_spark(self) -> Optional[Any]:
-        """The SparkSession behind this thread's connection, if it is the embedded one."""
+        """The SparkSession behind this thread's connection: the embedded one, or a Spark
+        Connect session (None over Thrift, where only SQL reaches Spark)."""
         handle = getattr(self.adapter.connections.get_thread_connection().handle, "handle", None)
         return getattr(handle, "spark", None)
