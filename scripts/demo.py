@@ -26,6 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from dbt.adapters.streamsql import warm_server
+
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "sample_project"
 
@@ -169,18 +171,24 @@ class Demo:
         warehouse = Path(os.environ.get("STREAMSQL_WAREHOUSE_DIR") or PROJECT / "warehouse")
         if not warehouse.is_absolute():
             warehouse = PROJECT / warehouse
-        if self.args.target == "local" and not self.args.keep and warehouse.exists():
-            say(f"starting from an empty warehouse: removing {warehouse}")
-            shutil.rmtree(warehouse)
+        if self.args.target in ("local", "in_process") and not self.args.keep:
+            # a warm server of an earlier demo would go on serving the removed tables
+            stopped = warm_server.stop_server(warm_server.ServerPaths(str(warehouse)))
+            if stopped is not None:
+                say(f"stopped the warm Spark server of the earlier demo (pid {stopped.pid})")
+            if warehouse.exists():
+                say(f"starting from an empty warehouse: removing {warehouse}")
+                shutil.rmtree(warehouse)
         say("parsing the sample project")
         parsed = dbtRunner().invoke(["parse", *self.common()])
         if not parsed.success:
             raise SystemExit(f"dbt parse failed: {parsed.exception}")
         self.runner = dbtRunner(manifest=parsed.result)
         jvm_log = self.log_path / "spark.log"
+        server_log = warm_server.ServerPaths(str(warehouse)).log
         say(
             f"starting Spark and creating the source tables (Delta, change data feed on); "
-            f"Spark's own log: {jvm_log}"
+            f"Spark's own log: {server_log} (the warm server), or {jvm_log} (in process)"
         )
         started = time.monotonic()
         with jvm_output_to(jvm_log):
