@@ -278,6 +278,7 @@ def write_project_skeleton(
     target = {
         "type": "streamsql",
         "method": "session",
+        "keep_warm": False,  # dbt runs in this process, on the session the bench started
         "schema": schema,
         "warehouse_dir": str(work / "warehouse"),
         "master": "local[2]",

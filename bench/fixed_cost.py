@@ -10,10 +10,12 @@ small sources. In one warm process (dbt in-process through `dbtRunner`, one JVM)
    every view must equal its twin;
 3. `--floor-runs` runs with no new rows (no model is a step).
 
-Then `--cold-runs` separate `dbt run` processes (a cron job's run: a new JVM each), once with
-no new rows and once after an append, timed from the process's start, with the part before the
-first model started (Python and dbt start-up, the JVM and Delta's jars, the metastore) split out
-from dbt's own log.
+Then `--cold-runs` separate `dbt run` processes (a cron job's run), once with no new rows and
+once after an append, timed from the process's start, with the part before the first model
+started (Python and dbt start-up, the JVM and Delta's jars, the metastore) split out from dbt's
+own log: first with Spark in each process (`keep_warm: false`, a new JVM each), then through the
+warm server (the default: the first command starts it, the others connect to it), each beside
+`dbt ls` (dbt's own start-up, no Spark) and a `dbt run-operation streamsql_explain` process.
 
     python bench/fixed_cost.py                      # about 20 minutes on 2 cores
     python bench/fixed_cost.py --steps 3 --floor-runs 3 --cold-runs 1
@@ -35,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List
 
+import yaml
 from benchlib import (
     BENCH_DIR,
     Dbt,
@@ -48,6 +51,8 @@ from benchlib import (
     statement_label,
     write_project_skeleton,
 )
+
+from dbt.adapters.streamsql import warm_server
 
 SCHEMA = "fixed_cost"
 SOURCE = "fc_src"
@@ -142,23 +147,29 @@ def by_kind(runs: List[Dict[str, NodeRun]]) -> Dict[str, float]:
     return {kind: median(values) for kind, values in times.items()}
 
 
-def cold_run(work: Path) -> Dict[str, Any]:
-    """One `dbt run` in a new process: wall time, and when the first model started."""
+def dbt_process(work: Path, target: str, *args: str) -> float:
+    """Wall seconds of `dbt <args>` in a new process on profile target `target`."""
     dbt = str(Path(sys.executable).with_name("dbt"))
-    log = work / "logs" / "dbt.log"
-    if log.exists():
-        log.unlink()
     started = time.time()
     result = subprocess.run(
-        [dbt, "run", "--project-dir", str(work), "--profiles-dir", str(work)]
-        + ["--select", *MODELS],  # the views, not their `table` twins
+        [dbt, *args, "--project-dir", str(work), "--profiles-dir", str(work), "--target", target],
         cwd=work,
         capture_output=True,
         text=True,
     )
-    wall = time.time() - started
     if result.returncode != 0:
-        raise RuntimeError(f"cold dbt run failed:\n{result.stdout[-3000:]}")
+        raise RuntimeError(f"dbt {' '.join(args)} failed:\n{result.stdout[-3000:]}")
+    return time.time() - started
+
+
+def cold_run(work: Path, target: str) -> Dict[str, Any]:
+    """One `dbt run` in a new process: wall time, and when the first model started."""
+    log = work / "logs" / "dbt.log"
+    if log.exists():
+        log.unlink()
+    started = time.time()
+    # the views, not their `table` twins
+    wall = dbt_process(work, target, "run", "--select", *MODELS)
     text = log.read_text()
     first_model = _log_time(text, r"1 of \d+ START")
     spark_start = _log_time(text, r"Starting embedded Spark")
@@ -301,17 +312,35 @@ def main(argv: Any = None) -> int:
     warm_json.unlink()
 
     next_id = warm.pop("next_id")
-    cold: Dict[str, List[Dict[str, Any]]] = {"no change": [], "step": []}
-    for number in range(args.cold_runs):
-        cold["no change"].append(cold_run(work))
-        print(
-            f"cold no-change run {number + 1}: {cold['no change'][-1]['wall_s']:.1f} s", flush=True
-        )
-    for number in range(args.cold_runs):  # new rows, appended by a short process of their own
-        _append_in_process(work, next_id, args.step_rows)
-        next_id += args.step_rows
-        cold["step"].append(cold_run(work))
-        print(f"cold step run {number + 1}: {cold['step'][-1]['wall_s']:.1f} s", flush=True)
+    profiles = yaml.safe_load((work / "profiles.yml").read_text())
+    outputs = profiles["fixed_cost"]["outputs"]
+    outputs["server"] = dict(outputs["local"], keep_warm=True)
+    (work / "profiles.yml").write_text(yaml.safe_dump(profiles))
+    cold: Dict[str, List[Dict[str, Any]]] = {}
+    explain = ["run-operation", "streamsql_explain", "--args", "{model: g_count}"]
+    for target, mode in (("local", "in process"), ("server", "warm server")):
+        if target == "server":
+            started = time.time()
+            dbt_process(work, target, *explain)
+            cold[f"{mode}: the server's first start (a run-operation)"] = [
+                {"wall_s": time.time() - started}
+            ]
+        cold[f"{mode}: dbt ls (no Spark)"] = [
+            {"wall_s": dbt_process(work, target, "ls")} for _ in range(args.cold_runs)
+        ]
+        cold[f"{mode}: no change"] = [cold_run(work, target) for _ in range(args.cold_runs)]
+        cold[f"{mode}: step"] = []
+        for _ in range(args.cold_runs):  # new rows, appended by a short process of their own
+            _append_in_process(work, next_id, args.step_rows, target == "server")
+            next_id += args.step_rows
+            cold[f"{mode}: step"].append(cold_run(work, target))
+        cold[f"{mode}: streamsql_explain"] = [
+            {"wall_s": dbt_process(work, target, *explain)} for _ in range(args.cold_runs)
+        ]
+        for kind, runs in cold.items():
+            if kind.startswith(mode):
+                print(f"cold {kind}: " + ", ".join(f"{r['wall_s']:.1f} s" for r in runs))
+    warm_server.stop_server(warm_server.ServerPaths(str(work / "warehouse")))
 
     results = {
         "command": "python bench/fixed_cost.py " + " ".join(forwarded),
@@ -328,14 +357,27 @@ def main(argv: Any = None) -> int:
     return 0
 
 
-def _append_in_process(work: Path, start: int, rows: int) -> None:
-    """Appends rows through a short-lived session of its own (the warehouse's lock is free)."""
+def _append_in_process(work: Path, start: int, rows: int, through_server: bool = False) -> None:
+    """Appends rows through a short-lived session of its own (the warehouse's lock is free), or
+    through the warm server that holds it."""
+    if through_server:
+        session = (
+            "from dbt.adapters.streamsql import warm_server as w\n"
+            "from pyspark.sql.connect.session import SparkSession\n"
+            "paths = w.ServerPaths(%r)\nstate = w.ServerState.read(paths)\n"
+            "spark = SparkSession.builder.remote("
+            "w.connect_url('localhost', state.port, w.read_token(paths), False)).create()\n"
+        ) % str(work / "warehouse")
+    else:
+        session = (
+            "from benchlib import start_session\n"
+            "target = yaml.safe_load(open(%r))['fixed_cost']['outputs']['local']\n"
+            "spark = start_session(target)\n"
+        ) % str(work / "profiles.yml")
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
-        "from benchlib import start_session\nimport fixed_cost, yaml\n"
-        "target = yaml.safe_load(open(%r))['fixed_cost']['outputs']['local']\n"
-        "spark = start_session(target)\nfixed_cost.append(spark, %d, %d)\nspark.stop()\n"
-    ) % (str(BENCH_DIR), str(work / "profiles.yml"), start, rows)
+        "import sys; sys.path.insert(0, %r)\nimport fixed_cost, yaml\n%s"
+        "fixed_cost.append(spark, %d, %d)\nspark.stop()\n"
+    ) % (str(BENCH_DIR), session, start, rows)
     subprocess.run(
         [sys.executable, "-c", code],
         check=True,
@@ -343,6 +385,34 @@ def _append_in_process(work: Path, start: int, rows: int) -> None:
         cwd=work,
         env=dict(os.environ),
     )
+
+
+def cold_summary(results: Dict[str, Any]) -> List[str]:
+    """The warm server's figures against dbt's own start-up and the warm in-process runs."""
+    cold = results["cold"]
+
+    def wall(kind: str) -> float:
+        return median([run["wall_s"] for run in cold.get(kind, [])] or [float("nan")])
+
+    floor = wall("warm server: dbt ls (no Spark)")
+    no_change = wall("warm server: no change")
+    lines = [
+        f"Through the warm server: a `dbt run` with no new data {fmt(no_change)} s against "
+        f"`dbt ls` {fmt(floor)} s ({fmt(no_change / floor)}x; in process "
+        f"{fmt(wall('in process: no change'))} s), a `dbt run` that steps the 16 models "
+        f"{fmt(wall('warm server: step'))} s (in process {fmt(wall('in process: step'))} s), "
+        f"`streamsql_explain` {fmt(wall('warm server: streamsql_explain'))} s "
+        f"({fmt(wall('warm server: streamsql_explain') / floor)}x `dbt ls`; in process "
+        f"{fmt(wall('in process: streamsql_explain'))} s).",
+    ]
+    warm_step, warm_floor = results.get("step_wall_s"), results.get("no_change_wall_s")
+    if warm_step and warm_floor:
+        lines.append(
+            f"Against the warm in-process `dbt run` (dbtRunner, one JVM, above): no change "
+            f"{fmt(wall('warm server: no change') / median(warm_floor))}x, step "
+            f"{fmt(wall('warm server: step') / median(warm_step))}x."
+        )
+    return lines
 
 
 def report(results: Dict[str, Any]) -> str:
@@ -414,20 +484,26 @@ def report(results: Dict[str, Any]) -> str:
         lines += [f"| {fmt(span)} | `{sql.replace('|', '/')}` |" for span, sql in statements]
         lines.append("")
     lines += [
-        "## A cold `dbt run` process (as from cron)",
+        "## A new `dbt` process (as from cron)",
+        "",
+        "Each row is one process. `in process`: Spark starts inside it (`keep_warm: false`); "
+        "`warm server`: it connects to the warehouse's warm server (the default), started by the "
+        "first command of the phase.",
         "",
         "| run | wall s | before the first model s | of which the embedded Spark start s | "
         "models s |",
         "|---|---:|---:|---:|---:|",
     ]
+    nan = float("nan")
     for kind, runs in results["cold"].items():
         for run in runs:
             lines.append(
                 f"| {kind} | {fmt(run['wall_s'])} | "
-                f"{fmt(run['before_first_model_s'] or float('nan'))} | "
-                f"{fmt(run['embedded_spark_start_s'] or float('nan'))} | "
-                f"{fmt(run['models_s'] or float('nan'))} |"
+                f"{fmt(run.get('before_first_model_s') or nan)} | "
+                f"{fmt(run.get('embedded_spark_start_s') or nan)} | "
+                f"{fmt(run.get('models_s') or nan)} |"
             )
+    lines += ["", *cold_summary(results), ""]
     lines += ["", "## Machine", ""] + machine_lines(results["machine"]) + [""]
     return "\n".join(lines)
 
