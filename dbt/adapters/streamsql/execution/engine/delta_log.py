@@ -228,6 +228,19 @@ def _mapping(value: Any) -> Dict[str, str]:
     return {str(k): _plain_parameter(v) for k, v in dict(value).items()}
 
 
+def ask_catalog(session: Any, statement: str) -> List[Dict[str, Any]]:
+    """The rows of a statement about a table; TableMissing / NotDeltaTable as Spark says."""
+    try:
+        return session.query(statement)
+    except Exception as exc:
+        message = str(exc)
+        if any(marker in message for marker in NOT_DELTA_MARKERS):
+            raise NotDeltaTable(message) from exc
+        if any(marker.lower() in message.lower() for marker in MISSING_MARKERS):
+            raise TableMissing(message) from exc
+        raise
+
+
 class SqlDeltaLog:
     """Answers through SQL statements on the step's session (every connection method)."""
 
@@ -275,15 +288,7 @@ class SqlDeltaLog:
         return [self._commit(row) for row in self._history(name, limit)]
 
     def _history(self, name: str, limit: int) -> List[Dict[str, Any]]:
-        try:
-            return self.session.query(f"DESCRIBE HISTORY {quoted(name)} LIMIT {limit}")
-        except Exception as exc:
-            message = str(exc)
-            if any(marker in message for marker in NOT_DELTA_MARKERS):
-                raise NotDeltaTable(message) from exc
-            if any(marker.lower() in message.lower() for marker in MISSING_MARKERS):
-                raise TableMissing(message) from exc
-            raise
+        return ask_catalog(self.session, f"DESCRIBE HISTORY {quoted(name)} LIMIT {limit}")
 
     @staticmethod
     def _commit(row: Mapping[str, Any]) -> Commit:
@@ -547,15 +552,7 @@ class FileDeltaLog:
         return log
 
     def _detail(self, name: str) -> Dict[str, Any]:
-        try:
-            return self.fallback.session.query(f"DESCRIBE DETAIL {quoted(name)}")[0]
-        except Exception as exc:
-            message = str(exc)
-            if any(marker in message for marker in NOT_DELTA_MARKERS):
-                raise NotDeltaTable(message) from exc
-            if any(marker.lower() in message.lower() for marker in MISSING_MARKERS):
-                raise TableMissing(message) from exc
-            raise
+        return ask_catalog(self.fallback.session, f"DESCRIBE DETAIL {quoted(name)}")[0]
 
     def _latest(self, log: str) -> Optional[int]:
         """The newest committed version: from the last checkpoint on, the first missing file."""
