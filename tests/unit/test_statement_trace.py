@@ -7,7 +7,7 @@ import contextlib
 import threading
 import time
 from types import SimpleNamespace
-from typing import Any, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -223,11 +223,12 @@ def test_the_adapters_session_records_what_it_sends_as_it_sends_it():
 class EmbeddedSpark:
     """What AdapterSqlSession calls on the embedded SparkSession for settings and views."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Optional[Dict[str, str]] = None) -> None:
         self.calls: List[str] = []
         self.conf = SimpleNamespace(
             set=lambda key, value: self.calls.append(f"set {key}={value}"),
             unset=lambda key: self.calls.append(f"unset {key}"),
+            getAll=dict(settings or {}),  # a property: the session's own settings
         )
         self.catalog = SimpleNamespace(dropTempView=lambda name: self.calls.append(f"drop {name}"))
 
@@ -256,6 +257,19 @@ def test_the_embedded_session_sends_a_writes_settings_and_the_views_it_frees_as_
         "SET a.b=1;\nSET spark.databricks.delta.write.txnVersion=2",
         "RESET a.b;\nRESET spark.databricks.delta.write.txnVersion",
         "DROP VIEW IF EXISTS _v_net;\nDROP VIEW IF EXISTS _v_old",
+    ]
+    # A setting the session had of its own (a profile's server_side_parameters) is set back to
+    # its value, not unset (which would give it Spark's default for the rest of the session).
+    spark.calls.clear()
+    spark.conf.getAll = {"spark.sql.adaptive.enabled": "false"}
+    session = AdapterSqlSession(SimpleNamespace(connections=connections))
+    session.set_confs([("spark.sql.adaptive.enabled", "true"), ("a.b", "1")])
+    session.unset_confs(["spark.sql.adaptive.enabled", "a.b"])
+    assert spark.calls == [
+        "set spark.sql.adaptive.enabled=true",
+        "set a.b=1",
+        "set spark.sql.adaptive.enabled=false",
+        "unset a.b",
     ]
     # over Thrift, only SQL reaches Spark: one statement each
     thrift = RecordingConnections()

@@ -102,6 +102,26 @@ def checkpoint_text(name: str, select: str, measures: Dict[str, str], alias: str
     return text
 
 
+def write_confs(spark: Any, settings: Sequence[Tuple[str, str]], unset: Sequence[str]) -> None:
+    """Set `settings` and unset `unset` in `spark`'s conf: over Spark Connect one request each
+    (its client sends one per key otherwise), in this process one call per key."""
+    if is_connect_session(spark):
+        from pyspark.sql.connect.proto import base_pb2 as proto
+
+        if settings:
+            spark.conf._set_all(dict(settings), silent=False)
+        if unset:
+            operation = proto.ConfigRequest.Operation(
+                unset=proto.ConfigRequest.Unset(keys=list(unset))
+            )
+            spark.conf._client.config(operation)
+        return
+    for key, value in settings:
+        spark.conf.set(key, value)
+    for key in unset:
+        spark.conf.unset(key)
+
+
 class AdapterSqlSession:
     """Runs statements through dbt's connection (logged like every dbt query), raw rows back.
 
@@ -113,6 +133,7 @@ class AdapterSqlSession:
         self.adapter = adapter
         self.trace = StatementTrace()
         self._checkpoints: Dict[str, Any] = {}  # view name -> its checkpointed DataFrame
+        self._confs_before: Optional[Dict[str, str]] = None  # _settings_before
 
     def query(self, statement: str) -> List[Dict[str, Any]]:
         self.trace.record(statement)
@@ -197,24 +218,48 @@ class AdapterSqlSession:
             self._embedded(";\n".join(f"DROP VIEW IF EXISTS {name}" for name in names), drop)
 
     def set_confs(self, settings: Sequence[Tuple[str, str]]) -> None:
-        """In the embedded session all of them in one call to Spark's conf (no SQL to parse),
-        logged as one statement; over Thrift one SET each (only SQL reaches the server)."""
+        """In the embedded session all of them in one call to Spark's conf (no SQL to parse;
+        over Spark Connect one request), logged as one statement; over Thrift one SET each
+        (only SQL reaches the server)."""
         spark = self._embedded_spark()
         if spark is None:
             for key, value in settings:
                 self.run(set_conf(key, value))
         elif settings:
             text = ";\n".join(set_conf(key, value) for key, value in settings)
-            self._embedded(text, lambda: [spark.conf.set(k, v) for k, v in settings])
+
+            def apply() -> None:
+                self._settings_before(spark)
+                write_confs(spark, settings, [])
+
+            self._embedded(text, apply)
 
     def unset_confs(self, keys: Sequence[str]) -> None:
+        """Puts settings back as they were before `set_confs` changed them: in the embedded
+        session to the session's own value where it had one (a profile's
+        `server_side_parameters`), else unset; over Thrift one RESET each."""
         spark = self._embedded_spark()
         if spark is None:
             for key in keys:
                 self.run(reset_conf(key))
         elif keys:
             text = ";\n".join(reset_conf(key) for key in keys)
-            self._embedded(text, lambda: [spark.conf.unset(key) for key in keys])
+
+            def restore() -> None:
+                before = self._settings_before(spark)
+                write_confs(
+                    spark,
+                    [(key, before[key]) for key in keys if key in before],
+                    [key for key in keys if key not in before],
+                )
+
+            self._embedded(text, restore)
+
+    def _settings_before(self, spark: Any) -> Dict[str, str]:
+        """The session's settings before this step changed any (read once: one call)."""
+        if self._confs_before is None:
+            self._confs_before = dict(spark.conf.getAll)
+        return self._confs_before
 
     def _embedded(self, logged: str, action: Callable[[], Any]) -> None:
         """Do `action` on the embedded SparkSession, logged as dbt logs a query (`logged`: the
