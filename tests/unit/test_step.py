@@ -14,6 +14,7 @@ from typing import List
 
 import pytest
 
+from dbt.adapters.streamsql.execution.commit import tables
 from dbt.adapters.streamsql.execution.commit.record import (
     StepRecord,
     legacy_fingerprint,
@@ -324,11 +325,11 @@ def test_an_aggregate_step_commits_the_model_then_appends_its_state():
     }
 
 
-def test_state_tables_are_logs_appended_each_step_and_compacted_when_they_outgrow_the_groups():
-    session = new_session()
-    state = "demo.agg__streamsql_state"
+def state_writes(session: FakeSqlSession, steps: int, state: str) -> List[str]:
+    """The writes to `state` (insert, overwrite, merge) of `steps` steps of the model `agg`, each
+    after one more append to its input."""
     writes = []
-    for _ in range(4):
+    for _ in range(steps):
         start = len(session.statements)
         run_step(session, model("agg"), AGGREGATE)
         writes += [
@@ -337,6 +338,16 @@ def test_state_tables_are_logs_appended_each_step_and_compacted_when_they_outgro
             if r.endswith(state) and r.split()[0] in ("insert", "overwrite", "merge")
         ]
         session.append_to("demo.src")
+    return writes
+
+
+def test_state_tables_are_logs_appended_each_step_and_compacted_when_they_outgrow_the_groups(
+    monkeypatch,
+):
+    monkeypatch.setattr(tables, "COMPACT_MIN_ROWS", 0)  # as for a state of 100K groups or more
+    session = new_session()
+    state = "demo.agg__streamsql_state"
+    writes = state_writes(session, 4, state)
     # 3 live groups: after two appends of 3 changed groups each, the log has outgrown them,
     # and the fourth step compacts it (before it reads it) and then appends its own rows
     assert writes == [
@@ -350,6 +361,27 @@ def test_state_tables_are_logs_appended_each_step_and_compacted_when_they_outgro
     assert record.state_log == {"state": [3, 3, 1]} and record.state_layout == "log"
     compaction = [s for s in session.statements if s.startswith("INSERT OVERWRITE")][0]
     assert "WHERE _streamsql_step <= 3" in compaction and " ORDER BY " in compaction
+
+
+def test_a_small_state_table_is_compacted_by_its_appends_not_its_rows(monkeypatch):
+    # Below COMPACT_MIN_ROWS appended rows, the log outgrowing its groups is not worth a rewrite
+    # of the table; the number of appends (and with it of files) still bounds it.
+    monkeypatch.setattr(tables, "COMPACT_AFTER_STEPS", 3)
+    session = new_session()
+    state = "demo.agg__streamsql_state"
+    writes = state_writes(session, 6, state)
+    assert writes == [f"insert {state}"] * 4 + [f"overwrite {state}"] + [f"insert {state}"] * 2
+    record = StepRecord.from_json(session.commits("demo.agg")[-1]["userMetadata"])
+    assert record.state_log == {"state": [3, 6, 2]}
+
+
+def test_when_a_state_table_is_due_for_compaction():
+    assert not tables.due_for_compaction(100, 99_999, 19)
+    assert not tables.due_for_compaction(100, 100_000, 19)
+    assert tables.due_for_compaction(100, 100_001, 1)
+    assert tables.due_for_compaction(100, 40, 20)
+    assert not tables.due_for_compaction(500_000, 500_000, 3)
+    assert tables.due_for_compaction(500_000, 500_001, 3)
 
 
 def test_a_state_table_of_an_older_layout_asks_for_a_full_refresh():
