@@ -129,6 +129,9 @@ class FakeSqlSession:
         # here; anything else is a bigint.
         self.column_types: Dict[str, str] = {}
         self.fail_on: Optional[Tuple[str, str]] = None  # (statement prefix, error message)
+        # Whether the step may take a table's snapshot as free (the embedded session reads it in
+        # the JVM, without a statement); the fake still answers it through SQL.
+        self.free_snapshots = False
 
     # -- setting up ---------------------------------------------------------------------------
 
@@ -201,7 +204,9 @@ class FakeSqlSession:
         return True  # as the embedded session
 
     def delta_log(self) -> SqlDeltaLog:
-        return SqlDeltaLog(self)
+        reader = SqlDeltaLog(self)
+        reader.free_snapshots = self.free_snapshots
+        return reader
 
     # -- statements -----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from dbt.adapters.streamsql.execution.commit.record import (
     sql_fingerprint,
 )
 from dbt.adapters.streamsql.execution.errors import FAULT_INJECTION_ENV, InjectedFault
+from dbt.adapters.streamsql.execution.pipeline import small_step
 from dbt.adapters.streamsql.execution.pipeline.step import (
     ModelSettings,
     StepError,
@@ -373,6 +374,29 @@ def test_a_small_state_table_is_compacted_by_its_appends_not_its_rows(monkeypatc
     assert writes == [f"insert {state}"] * 4 + [f"overwrite {state}"] + [f"insert {state}"] * 2
     record = StepRecord.from_json(session.commits("demo.agg")[-1]["userMetadata"])
     assert record.state_log == {"state": [3, 6, 2]}
+
+
+@pytest.mark.parametrize("input_bytes, small", [(1000, True), (small_step.SMALL_STEP_BYTES, False)])
+def test_a_step_over_small_tables_runs_without_adaptive_planning_and_code_generation(
+    input_bytes, small
+):
+    session = new_session()
+    session.free_snapshots = True  # table sizes, as the embedded session reads them
+    session.tables["demo.src"].size_bytes = input_bytes
+    run_step(session, model("agg"), AGGREGATE)
+    session.append_to("demo.src")
+    start = len(session.statements)
+    run_step(session, model("agg"), AGGREGATE)
+    keys = [key for key, _ in small_step.SMALL_STEP_SETTINGS]
+    sent = roles(session, start)
+    if small:  # set before the step's first statement that runs a job, put back at its end
+        first = next(i for i, r in enumerate(sent) if r.startswith("set spark.sql."))
+        assert sent[first : first + len(keys)] == [f"set {key}" for key in keys]
+        assert sent[-len(keys) :] == [f"reset {key}" for key in keys]
+        assert "set spark.sql.adaptive.enabled" not in sent[first + len(keys) : -len(keys)]
+    else:
+        assert "set spark.sql.codegen.wholeStage" not in sent
+    assert session.conf == {}  # nothing left set after the step
 
 
 def test_when_a_state_table_is_due_for_compaction():

@@ -35,6 +35,8 @@ class StepContext:
     target_version: Optional[int] = None
     # The statements that create and write the side tables: macros (side_tables.py).
     side_sql: SideTableSql = field(default_factory=default_side_table_sql)
+    # The step runs with pipeline/small_step.py's settings: its tables are all small.
+    small: bool = False
     views: StepViews = field(init=False)
     bindings: Bindings = field(init=False)
     delta_log: DeltaLogReader = field(init=False)

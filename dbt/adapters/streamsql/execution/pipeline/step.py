@@ -50,7 +50,14 @@ from dbt.adapters.streamsql.execution.event_time.rules import (
     event_time_rules,
 )
 from dbt.adapters.streamsql.execution.model import ModelSettings
-from dbt.adapters.streamsql.execution.pipeline import bounds, change, inputs, keys, plan_choice
+from dbt.adapters.streamsql.execution.pipeline import (
+    bounds,
+    change,
+    inputs,
+    keys,
+    plan_choice,
+    small_step,
+)
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.execution.recovery import faults, schema
 from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
@@ -149,6 +156,7 @@ def run_step(
         raise
     finally:
         ctx.views.drop_all()
+        small_step.leave(ctx)
     result.seconds = time.monotonic() - started
     return result
 
@@ -180,6 +188,8 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
             waterline=dict(last.waterline),
             skipped=True,
         )
+
+    small_step.enter(ctx, read)  # small tables: Spark's planning for large data off
 
     # 2. the plan (a config it cannot obey fails here, before anything is written, as do a
     # refused emit_final and a refused schema change); on a first run, the model's tables
