@@ -411,6 +411,8 @@ class TestDifferential:
                     f"{name}: expected plan {intended!r}, got {response.get('plan')!r} "
                     f"({response.get('reason')}); {context}"
                 )
+                # and the step computed its change with that plan (not a recompute instead)
+                assert response.get("computed") in (intended, ""), (name, response)
                 if name.startswith("stage_"):
                     assert "stage" in response.get("reason", ""), (name, response)
                 # exactly one step per run (or none when the inputs did not change)

@@ -435,7 +435,8 @@ def last_record(session: FakeSqlSession, table: str = "demo.m") -> StepRecord:
 )
 def test_an_input_created_again_is_recovered_by_a_recompute_from_its_current_version(query):
     session = new_session()
-    run_step(session, ModelSettings("m", "demo", "m"), query)
+    first = run_step(session, ModelSettings("m", "demo", "m"), query)
+    assert first.computed == ("aggregate" if "group by" in query else "linear")
     assert last_record(session).input_ids == {"demo.src": "table-1"}
     session.create_source("demo.src", SRC)  # dropped and created again: version 0 ...
     session.tables["demo.src"].table_id = "table-2"
@@ -443,6 +444,7 @@ def test_an_input_created_again_is_recovered_by_a_recompute_from_its_current_ver
     start = len(session.statements)
     result = run_step(session, ModelSettings("m", "demo", "m"), query)
     assert result.step == 2 and not result.skipped  # same version number, another table
+    assert result.computed == "recompute"  # what the step did, beside the model's plan
     assert any(
         "recovered (demo.src was dropped or replaced and created again" in note
         for note in result.notes

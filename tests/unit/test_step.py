@@ -532,7 +532,7 @@ def test_watermark_holds_and_releases_in_one_merge_then_flush_releases_everythin
     session.answers.held = 0
     start = len(session.statements)
     flushed = flush_step(session, settings)
-    assert (flushed.plan, flushed.step, flushed.held) == ("flush", 3, 0)
+    assert (flushed.plan, flushed.computed, flushed.step, flushed.held) == ("flush", "flush", 3, 0)
     candidates = next(
         s
         for s in session.statements[start:]

@@ -60,6 +60,7 @@ class StepResponse(AdapterResponse):
     step: int = 0
     plan: str = ""
     reason: str = ""
+    computed: str = ""  # how this step computed its change (StepResult.computed)
     changes_read: int = 0
     applied: int = 0
     inserted: int = 0
@@ -125,6 +126,7 @@ def step_response(result: StepResult) -> StepResponse:
         step=result.step,
         plan=result.plan,
         reason=result.reason,
+        computed=result.computed,
         changes_read=result.changes_read,
         applied=result.applied,
         inserted=result.inserted,

@@ -22,6 +22,10 @@ class StepResult:
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     seconds: float = 0.0
     skipped: bool = False  # nothing changed in the inputs since the last step
+    # How this step computed the model's change: the plan's strategy ("linear", "aggregate"),
+    # or "recompute" where the step recomputed instead (strategy: auto, a recovery); "" for a
+    # run that was not a step.
+    computed: str = ""
     # What the step line adds: a recovery, a retention warning, an ignored column.
     notes: List[str] = field(default_factory=list)
 

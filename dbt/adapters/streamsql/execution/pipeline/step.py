@@ -263,6 +263,7 @@ def compute_step(
     adjusted = recovery.prepare(ctx, step, plan, changes)
     plan, changes = adjusted.plan, adjusted.changes
     plan = plan_choice.chosen(ctx, step, plan, changes)  # or a recompute, under `auto`
+    step.result.computed = plan.strategy
     removals = inputs.bind_inputs(ctx, changes, step.result, change.placeholder_reads(plan))
     step.inserts_only = removals == 0
 
@@ -372,7 +373,9 @@ def flush_step(
             "",
             previous,
             record,
-            StepResult(model.name, record.step, "flush", "release every held change"),
+            StepResult(
+                model.name, record.step, "flush", "release every held change", computed="flush"
+            ),
         )
         released = flush_change(ctx, step, columns, rules)
         commit_step(ctx, step, ModelChange(released), columns, rules.lateness)
