@@ -99,10 +99,12 @@ HISTORY_ROWS = 100_000
 BREAKDOWN = ("p_all", "g_count")  # models whose step is shown statement by statement
 
 
-def write_models(work: Path) -> None:
-    """Each view, and its `table` twin (a chain's twin reads the twins)."""
+def write_models(work: Path, view_config: str = "") -> None:
+    """Each view, and its `table` twin (a chain's twin reads the twins). `view_config`: more
+    config() arguments of every view (`strategy='recompute'`)."""
+    header = IV.replace(")", f", {view_config})", 1) if view_config else IV
     for name, (_, sql) in MODELS.items():
-        (work / "models" / f"{name}.sql").write_text(IV + sql + "\n")
+        (work / "models" / f"{name}.sql").write_text(header + sql + "\n")
         twin = re.sub(r"ref\('(\w+)'\)", lambda m: f"ref('{TWIN}{m.group(1)}')", sql)
         (work / "models" / f"{TWIN}{name}.sql").write_text(TABLE + twin + "\n")
 
@@ -203,7 +205,14 @@ def _log_time(text: str, pattern: str) -> Any:
 def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
     """The first build, the steps and the no-change runs in this process (one JVM)."""
     target = write_project_skeleton(work, "fixed_cost", SCHEMA, "4g", {SOURCE: ["events", "dims"]})
-    write_models(work)
+    if args.spark_conf:  # the profile's server_side_parameters: every session of the run
+        target["server_side_parameters"].update(
+            dict(setting.split("=", 1) for setting in args.spark_conf)
+        )
+        profiles = yaml.safe_load((work / "profiles.yml").read_text())
+        profiles["fixed_cost"]["outputs"]["local"] = target
+        (work / "profiles.yml").write_text(yaml.safe_dump(profiles))
+    write_models(work, args.view_config)
     spark = start_session(target)
     info = machine_info(spark)
     create_sources(spark)
@@ -292,6 +301,18 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-fixed-cost"))
     parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
     parser.add_argument("--output-name", default="fixed_cost")
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for every process's session (server_side_parameters), repeatable",
+    )
+    parser.add_argument(
+        "--view-config",
+        default="",
+        help="more config() arguments of every view, e.g. \"strategy='recompute'\"",
+    )
     parser.add_argument("--warm-json", help=argparse.SUPPRESS)  # internal: run the warm phase only
     args = parser.parse_args(argv)
 
