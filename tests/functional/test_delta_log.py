@@ -14,8 +14,8 @@ import pytest
 
 from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
 from dbt.adapters.streamsql.execution.engine import delta_log
+from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog
 from dbt.adapters.streamsql.execution.engine.delta_log import (
-    FileDeltaLog,
     JvmDeltaLog,
     NotDeltaTable,
     SqlDeltaLog,

@@ -4,8 +4,12 @@ The JVM reader is checked against the SQL reader on real tables in
 tests/functional/test_delta_log.py; here, without Spark, what a commit info is taken to say.
 """
 
+import json
+from types import SimpleNamespace
+
 import pytest
 
+from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog
 from dbt.adapters.streamsql.execution.engine.delta_log import (
     Commit,
     NotDeltaTable,
@@ -13,6 +17,8 @@ from dbt.adapters.streamsql.execution.engine.delta_log import (
     TableMissing,
     name_parts,
 )
+from dbt.adapters.streamsql.execution.engine.sql_session import AdapterSqlSession
+from dbt.adapters.streamsql.planning.plan import Column
 from tests.unit.fake_sql_session import FakeSqlSession
 
 
@@ -79,3 +85,66 @@ def test_the_sql_reader_names_tables_that_are_not_delta():
     session.fail_on = ("DESCRIBE HISTORY", "[DELTA_MISSING_DELTA_TABLE] demo.p is not Delta")
     with pytest.raises(NotDeltaTable):
         SqlDeltaLog(session).version("demo.p")
+
+
+def delta_table_files(root, version: int = 0) -> str:
+    """A Delta table's log on disk, as far as the file reader reads it: a commit and the
+    checksum file of `version`."""
+    log = root / "_delta_log"
+    log.mkdir(parents=True)
+    schema = '{"type":"struct","fields":[{"name":"id","type":"long","nullable":true}]}'
+    (log / f"{version:020d}.json").write_text(
+        json.dumps({"commitInfo": {"operation": "WRITE", "operationMetrics": {}}}) + "\n"
+    )
+    (log / f"{version:020d}.crc").write_text(
+        json.dumps(
+            {
+                "tableSizeBytes": 123,
+                "metadata": {"id": "table-1", "schemaString": schema, "configuration": {}},
+            }
+        )
+    )
+    return f"file:{root}"
+
+
+def test_the_file_reader_takes_a_location_from_dbts_cache_without_a_statement(tmp_path):
+    session = FakeSqlSession()
+    cached = {"demo.t": delta_table_files(tmp_path / "t")}
+    reader = FileDeltaLog(SqlDeltaLog(session), "run-1", cached.get)
+    assert reader.exists("demo.t")
+    snapshot = reader.snapshot("demo.t")
+    assert (snapshot.version, snapshot.size_bytes, snapshot.columns) == (
+        0,
+        123,
+        (Column("id", "bigint"),),
+    )
+    assert session.statements == []  # neither SHOW TABLES nor DESCRIBE DETAIL
+
+
+def test_a_cached_location_whose_log_is_gone_is_asked_of_the_catalog(tmp_path):
+    session = FakeSqlSession()
+    session.create_source("demo.t", [("id", "bigint")])
+    cached = {"demo.t": f"file:{tmp_path / 'dropped'}"}  # the table was dropped since
+    reader = FileDeltaLog(SqlDeltaLog(session), "run-2", cached.get)
+    assert reader.exists("demo.t")
+    assert session.statements == ["SHOW TABLES IN `demo` LIKE 't'"]
+
+
+def test_the_location_of_a_delta_table_in_dbts_relation_cache():
+    information = (
+        "Catalog: spark_catalog\nDatabase: demo\nTable: m\nType: MANAGED\nProvider: delta\n"
+        "Location: file:/w/tables/demo.db/m\nSerde Library: x\n"
+    )
+    relations = [
+        SimpleNamespace(identifier="M", information=information),
+        SimpleNamespace(identifier="v", information="Type: VIEW\nProvider: parquet\n"),
+    ]
+    cache = SimpleNamespace(
+        get_relations=lambda database, schema: relations if schema == "demo" else []
+    )
+    session = AdapterSqlSession(SimpleNamespace(cache=cache))
+    assert session.known_location("demo.m") == "file:/w/tables/demo.db/m"
+    assert session.known_location("`demo`.`m`") == "file:/w/tables/demo.db/m"
+    assert session.known_location("demo.v") is None  # not a Delta table
+    assert session.known_location("demo.other") is None
+    assert session.known_location("other.m") is None

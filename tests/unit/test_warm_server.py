@@ -14,7 +14,7 @@ from dbt_common.exceptions import DbtRuntimeError
 from dbt.adapters.streamsql import warm_server
 from dbt.adapters.streamsql.connections import StreamSQLCredentials
 from dbt.adapters.streamsql.embedded_spark import SessionSettings
-from dbt.adapters.streamsql.execution.engine.delta_log import catalog_type
+from dbt.adapters.streamsql.execution.engine.delta_files import catalog_type
 
 
 def settings(tmp_path, **parameters):

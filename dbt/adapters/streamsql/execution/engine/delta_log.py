@@ -7,10 +7,11 @@ in its last commit), whether a write landed. Two readers answer them:
 - `SqlDeltaLog` asks through SQL (`DESCRIBE HISTORY`, `DESCRIBE DETAIL`, `DESCRIBE TABLE`). It works
   on every connection, a Thrift Server included; each question is a statement of 0.05-0.2 s, and
   reading history is the dearest of them.
-- `FileDeltaLog` (a warm server on this machine, warm_server.py) reads the log's files itself:
-  the newest version's checksum file (version, id, properties, schema, size) and the commit files,
-  each in well under a millisecond. It asks SQL once per table and dbt invocation, for the
-  table's location (`DESCRIBE DETAIL`), and asks SQL instead wherever a file is not there.
+- `FileDeltaLog` (delta_files.py: a warm server on this machine, warm_server.py) reads the log's
+  files itself: the newest version's checksum file (version, id, properties, schema, size) and
+  the commit files, each in well under a millisecond. It takes the table's location from dbt's
+  relation cache, else asks SQL once per table and dbt invocation (`DESCRIBE DETAIL`), and asks
+  SQL instead wherever a file is not there.
 - `JvmDeltaLog` (the embedded session only) reads Delta's transaction log in the driver's JVM
   through py4j: a table's current snapshot and the commit files themselves, in milliseconds, with
   no statement and no Spark job. It uses classes of the pinned delta-spark (`DeltaLog`,
@@ -23,11 +24,8 @@ Names are unquoted `schema.table` (as `InputTable.name`).
 from __future__ import annotations
 
 import json
-import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Protocol, Tuple
-from urllib.parse import unquote, urlparse
 
 from dbt.adapters.events.logging import AdapterLogger
 
@@ -205,7 +203,7 @@ def quoted(name: str) -> str:
     return ".".join("`" + part.replace("`", "``") + "`" for part in name_parts(name))
 
 
-def _plain_parameter(value: Any) -> str:
+def plain_parameter(value: Any) -> str:
     """Commit parameters are stored as JSON values ("Append" with its quotes); plain text here."""
     text = str(value)
     if len(text) >= 2 and text[0] == text[-1] == '"':
@@ -225,7 +223,7 @@ def _mapping(value: Any) -> Dict[str, str]:
             value = json.loads(value)
         except ValueError:
             return {}
-    return {str(k): _plain_parameter(v) for k, v in dict(value).items()}
+    return {str(k): plain_parameter(v) for k, v in dict(value).items()}
 
 
 def ask_catalog(session: Any, statement: str) -> List[Dict[str, Any]]:
@@ -432,7 +430,7 @@ class JvmDeltaLog:
         return Commit(
             version,
             str(info.operation()),
-            {k: _plain_parameter(v) for k, v in self._dict(info.operationParameters()).items()},
+            {k: plain_parameter(v) for k, v in self._dict(info.operationParameters()).items()},
             self._dict(metrics.get()) if metrics.isDefined() else {},
             str(user_metadata.get()) if user_metadata.isDefined() else None,
         )
@@ -447,149 +445,3 @@ class JvmDeltaLog:
             f"{str(error).splitlines()[0][:200]}); asking through SQL"
         )
         return ask()
-
-
-# A table's location, per dbt invocation (the key's first part) and table name.
-_LOCATIONS: Dict[Tuple[str, str], Optional[str]] = {}
-_DELTA_TYPE_NAMES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
-
-
-def catalog_type(delta_type: Any) -> str:
-    """A type of a Delta schema (its JSON form) as Spark's catalog string (`DESCRIBE TABLE`)."""
-    if isinstance(delta_type, str):
-        return _DELTA_TYPE_NAMES.get(delta_type, delta_type)
-    kind = delta_type["type"]
-    if kind == "struct":
-        fields = ",".join(f"{f['name']}:{catalog_type(f['type'])}" for f in delta_type["fields"])
-        return f"struct<{fields}>"
-    if kind == "array":
-        return f"array<{catalog_type(delta_type['elementType'])}>"
-    if kind == "map":
-        return f"map<{catalog_type(delta_type['keyType'])},{catalog_type(delta_type['valueType'])}>"
-    raise ValueError(f"unknown Delta type {delta_type!r}")
-
-
-class FileDeltaLog:
-    """Reads Delta's log files on this machine's file system; asks `fallback` when it cannot."""
-
-    free_snapshots = True
-    VERSION_FILE = re.compile(r"^(\d{20})\.json$")
-
-    def __init__(self, fallback: SqlDeltaLog, invocation: str) -> None:
-        self.fallback = fallback
-        self.invocation = invocation
-
-    def exists(self, name: str) -> bool:
-        return self.fallback.exists(name)  # the catalog's answer: files may outlive a table
-
-    def version(self, name: str) -> int:
-        log = self._log_dir(name)
-        version = self._latest(log) if log else None
-        return self.fallback.version(name) if version is None else version
-
-    def snapshot(self, name: str) -> TableSnapshot:
-        log = self._log_dir(name)
-        version = self._latest(log) if log else None
-        if log is None or version is None:
-            return self.fallback.snapshot(name)
-        try:
-            with open(os.path.join(log, f"{version:020d}.crc")) as handle:
-                checksum = json.load(handle)
-            metadata = checksum["metadata"]
-            schema = json.loads(metadata["schemaString"])
-            columns = tuple(Column(f["name"], catalog_type(f["type"])) for f in schema["fields"])
-            size = checksum.get("tableSizeBytes")
-            return TableSnapshot(
-                version,
-                str(metadata["id"]),
-                {str(k): str(v) for k, v in (metadata.get("configuration") or {}).items()},
-                columns,
-                int(size) if size is not None else None,
-            )
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # no checksum file: ask SQL
-            logger.debug(f"Reading {name}'s checksum file failed ({exc}); asking through SQL")
-            return self.fallback.snapshot(name)
-
-    def commits(self, name: str, first: int, last: int) -> List[Commit]:
-        if last < first:
-            return []
-        log = self._log_dir(name)
-        latest = self._latest(log) if log else None
-        if log is None or latest is None:
-            return self.fallback.commits(name, first, last)
-        found = [self._commit(log, v) for v in range(max(first, 0), min(last, latest) + 1)]
-        return [commit for commit in found if commit is not None]
-
-    def recent_commits(self, name: str, limit: int) -> List[Commit]:
-        log = self._log_dir(name)
-        latest = self._latest(log) if log else None
-        if log is None or latest is None:
-            return self.fallback.recent_commits(name, limit)
-        found = [self._commit(log, v) for v in range(latest, max(latest - limit, -1), -1)]
-        return [commit for commit in found if commit is not None]
-
-    # -- the files -------------------------------------------------------------------------------
-
-    def _log_dir(self, name: str) -> Optional[str]:
-        """The table's `_delta_log` directory if it is on this machine (None: ask SQL).
-
-        Raises TableMissing / NotDeltaTable as SQL does."""
-        key = (self.invocation, name)
-        if key not in _LOCATIONS:
-            detail = self._detail(name)
-            if str(detail.get("format") or "").lower() != "delta":
-                raise NotDeltaTable(f"{name} is not a Delta table")
-            location = urlparse(str(detail.get("location") or ""))
-            local = location.scheme in ("", "file") and os.path.isdir(unquote(location.path))
-            _LOCATIONS[key] = unquote(location.path) if local else None
-        path = _LOCATIONS[key]
-        if path is None:
-            return None
-        log = os.path.join(path, "_delta_log")
-        if not os.path.isdir(log):  # dropped since: let SQL say what it is now
-            del _LOCATIONS[key]
-            return None
-        return log
-
-    def _detail(self, name: str) -> Dict[str, Any]:
-        return ask_catalog(self.fallback.session, f"DESCRIBE DETAIL {quoted(name)}")[0]
-
-    def _latest(self, log: str) -> Optional[int]:
-        """The newest committed version: from the last checkpoint on, the first missing file."""
-        version = -1
-        try:
-            with open(os.path.join(log, "_last_checkpoint")) as handle:
-                version = int(json.load(handle)["version"])
-        except (OSError, ValueError, KeyError):
-            versions = [
-                int(match.group(1))
-                for match in map(self.VERSION_FILE.match, os.listdir(log))
-                if match
-            ]
-            version = max(versions, default=-1)
-        while os.path.exists(os.path.join(log, f"{version + 1:020d}.json")):
-            version += 1
-        return version if version >= 0 else None
-
-    @staticmethod
-    def _commit(log: str, version: int) -> Optional[Commit]:
-        try:
-            with open(os.path.join(log, f"{version:020d}.json")) as handle:
-                for line in handle:
-                    if line.startswith('{"commitInfo"'):
-                        info = json.loads(line)["commitInfo"]
-                        break
-                else:
-                    return None
-        except OSError:  # removed by the log's retention, as DESCRIBE HISTORY would not show it
-            return None
-        return Commit(
-            version,
-            str(info.get("operation") or ""),
-            {
-                str(k): _plain_parameter(v)
-                for k, v in (info.get("operationParameters") or {}).items()
-            },
-            {str(k): str(v) for k, v in (info.get("operationMetrics") or {}).items()},
-            info.get("userMetadata"),
-        )

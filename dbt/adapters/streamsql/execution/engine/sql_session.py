@@ -6,6 +6,7 @@ connections run on; this module is how a step sends SQL through whichever connec
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
@@ -15,9 +16,9 @@ from dbt_common.events.contextvars import get_node_info
 from dbt_common.events.functions import fire_event
 from dbt_common.invocation import get_invocation_id
 
+from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog
 from dbt.adapters.streamsql.execution.engine.delta_log import (
     DeltaLogReader,
-    FileDeltaLog,
     JvmDeltaLog,
     SqlDeltaLog,
 )
@@ -100,6 +101,10 @@ def checkpoint_text(name: str, select: str, measures: Dict[str, str], alias: str
     if measures:
         text += f"\n-- measured in the same pass: {measured(name, measures, alias)}"
     return text
+
+
+# The location line of `SHOW TABLE EXTENDED`'s information about a table.
+LOCATION_LINE = re.compile(r"^Location: (.+)$", re.MULTILINE)
 
 
 def write_confs(spark: Any, settings: Sequence[Tuple[str, str]], unset: Sequence[str]) -> None:
@@ -292,8 +297,30 @@ class AdapterSqlSession:
             return JvmDeltaLog(spark, SqlDeltaLog(self))
         credentials = self.adapter.config.credentials
         if credentials.method == "session":  # the warm server: the same machine's files
-            return FileDeltaLog(SqlDeltaLog(self), get_invocation_id())
+            return FileDeltaLog(SqlDeltaLog(self), get_invocation_id(), self.known_location)
         return SqlDeltaLog(self)
+
+    def known_location(self, name: str) -> Optional[str]:
+        """Where the Delta table `name` (`schema.table`) is, as dbt's relation cache knows it:
+        dbt lists the schemas it builds into when an invocation begins (`SHOW TABLE EXTENDED`,
+        which gives each table's provider and location), so a step need not ask again."""
+        schema, _, table = name.replace("`", "").rpartition(".")
+        cache = getattr(self.adapter, "cache", None)
+        if not schema or cache is None:
+            return None
+        try:
+            relations = cache.get_relations(None, schema)
+        except Exception:  # a cache dbt could not fill: ask the catalog
+            return None
+        for relation in relations:
+            if str(relation.identifier or "").lower() != table.lower():
+                continue
+            information = str(getattr(relation, "information", None) or "")
+            if "Provider: delta" not in information:
+                return None
+            found = LOCATION_LINE.search(information)
+            return found.group(1).strip() if found else None
+        return None
 
     def local_checkpoints(self) -> bool:
         return self._embedded_spark() is not None

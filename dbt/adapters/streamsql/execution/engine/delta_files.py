@@ -1,0 +1,206 @@
+"""Delta's log read from its files on this machine: the warm server's reader.
+
+Through the warm server (Spark Connect on this machine) a step cannot call into Spark's JVM, but
+the tables' files are on this machine's disk: a table's version, schema, properties and size
+come from its newest commit and checksum files (`00...0N.json`, `00...0N.crc`), its history from
+the commit files, with no statement. What only the catalog knows (where a table's files are,
+whether it exists) is asked once per dbt invocation, or taken from dbt's relation cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Callable, Dict, List, Optional, Tuple
+from urllib.parse import unquote, urlparse
+
+from dbt.adapters.events.logging import AdapterLogger
+
+from dbt.adapters.streamsql.execution.engine.delta_log import (
+    Commit,
+    NotDeltaTable,
+    SqlDeltaLog,
+    TableSnapshot,
+    ask_catalog,
+    plain_parameter,
+    quoted,
+)
+from dbt.adapters.streamsql.planning.plan import Column
+
+logger = AdapterLogger("StreamSQL")
+
+# A table's location, per dbt invocation (the key's first part) and table name.
+_LOCATIONS: Dict[Tuple[str, str], Optional[str]] = {}
+_DELTA_TYPE_NAMES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
+
+
+def catalog_type(delta_type: Any) -> str:
+    """A type of a Delta schema (its JSON form) as Spark's catalog string (`DESCRIBE TABLE`)."""
+    if isinstance(delta_type, str):
+        return _DELTA_TYPE_NAMES.get(delta_type, delta_type)
+    kind = delta_type["type"]
+    if kind == "struct":
+        fields = ",".join(f"{f['name']}:{catalog_type(f['type'])}" for f in delta_type["fields"])
+        return f"struct<{fields}>"
+    if kind == "array":
+        return f"array<{catalog_type(delta_type['elementType'])}>"
+    if kind == "map":
+        return f"map<{catalog_type(delta_type['keyType'])},{catalog_type(delta_type['valueType'])}>"
+    raise ValueError(f"unknown Delta type {delta_type!r}")
+
+
+# What dbt's relation cache knows of a table: its location (a Delta table's, from the
+# `SHOW TABLE EXTENDED` dbt ran when the invocation began), or None when it knows nothing.
+KnownLocation = Callable[[str], Optional[str]]
+
+
+class FileDeltaLog:
+    """Reads Delta's log files on this machine's file system; asks `fallback` when it cannot.
+
+    Where a table's files are is the catalog's answer: `known` gives it from dbt's relation
+    cache (no statement), else one `DESCRIBE DETAIL` per table and dbt invocation."""
+
+    free_snapshots = True
+    VERSION_FILE = re.compile(r"^(\d{20})\.json$")
+
+    def __init__(
+        self, fallback: SqlDeltaLog, invocation: str, known: Optional[KnownLocation] = None
+    ) -> None:
+        self.fallback = fallback
+        self.invocation = invocation
+        self.known = known or (lambda name: None)
+
+    def exists(self, name: str) -> bool:
+        # the catalog's answer (files may outlive a table): dbt's cache of it, else a statement
+        if self._cached_location(name) is not None:
+            return True
+        return self.fallback.exists(name)
+
+    def version(self, name: str) -> int:
+        log = self._log_dir(name)
+        version = self._latest(log) if log else None
+        return self.fallback.version(name) if version is None else version
+
+    def snapshot(self, name: str) -> TableSnapshot:
+        log = self._log_dir(name)
+        version = self._latest(log) if log else None
+        if log is None or version is None:
+            return self.fallback.snapshot(name)
+        try:
+            with open(os.path.join(log, f"{version:020d}.crc")) as handle:
+                checksum = json.load(handle)
+            metadata = checksum["metadata"]
+            schema = json.loads(metadata["schemaString"])
+            columns = tuple(Column(f["name"], catalog_type(f["type"])) for f in schema["fields"])
+            size = checksum.get("tableSizeBytes")
+            return TableSnapshot(
+                version,
+                str(metadata["id"]),
+                {str(k): str(v) for k, v in (metadata.get("configuration") or {}).items()},
+                columns,
+                int(size) if size is not None else None,
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # no checksum file: ask SQL
+            logger.debug(f"Reading {name}'s checksum file failed ({exc}); asking through SQL")
+            return self.fallback.snapshot(name)
+
+    def commits(self, name: str, first: int, last: int) -> List[Commit]:
+        if last < first:
+            return []
+        log = self._log_dir(name)
+        latest = self._latest(log) if log else None
+        if log is None or latest is None:
+            return self.fallback.commits(name, first, last)
+        found = [self._commit(log, v) for v in range(max(first, 0), min(last, latest) + 1)]
+        return [commit for commit in found if commit is not None]
+
+    def recent_commits(self, name: str, limit: int) -> List[Commit]:
+        log = self._log_dir(name)
+        latest = self._latest(log) if log else None
+        if log is None or latest is None:
+            return self.fallback.recent_commits(name, limit)
+        found = [self._commit(log, v) for v in range(latest, max(latest - limit, -1), -1)]
+        return [commit for commit in found if commit is not None]
+
+    # -- the files -------------------------------------------------------------------------------
+
+    def _log_dir(self, name: str) -> Optional[str]:
+        """The table's `_delta_log` directory if it is on this machine (None: ask SQL).
+
+        Raises TableMissing / NotDeltaTable as SQL does."""
+        key = (self.invocation, name)
+        if key not in _LOCATIONS:
+            known = self._cached_location(name)
+            if known is None:
+                detail = self._detail(name)
+                if str(detail.get("format") or "").lower() != "delta":
+                    raise NotDeltaTable(f"{name} is not a Delta table")
+                known = str(detail.get("location") or "")
+            location = urlparse(known)
+            local = location.scheme in ("", "file") and os.path.isdir(unquote(location.path))
+            _LOCATIONS[key] = unquote(location.path) if local else None
+        path = _LOCATIONS[key]
+        if path is None:
+            return None
+        log = os.path.join(path, "_delta_log")
+        if not os.path.isdir(log):  # dropped since: let SQL say what it is now
+            del _LOCATIONS[key]
+            return None
+        return log
+
+    def _detail(self, name: str) -> Dict[str, Any]:
+        return ask_catalog(self.fallback.session, f"DESCRIBE DETAIL {quoted(name)}")[0]
+
+    def _cached_location(self, name: str) -> Optional[str]:
+        """The location dbt's relation cache gives `name`, for a Delta table; None otherwise.
+        A location whose log is gone is not taken (the table was dropped since)."""
+        location = self.known(name)
+        if not location:
+            return None
+        path = urlparse(location)
+        if path.scheme in ("", "file") and not os.path.isdir(
+            os.path.join(unquote(path.path), "_delta_log")
+        ):
+            return None
+        return location
+
+    def _latest(self, log: str) -> Optional[int]:
+        """The newest committed version: from the last checkpoint on, the first missing file."""
+        version = -1
+        try:
+            with open(os.path.join(log, "_last_checkpoint")) as handle:
+                version = int(json.load(handle)["version"])
+        except (OSError, ValueError, KeyError):
+            versions = [
+                int(match.group(1))
+                for match in map(self.VERSION_FILE.match, os.listdir(log))
+                if match
+            ]
+            version = max(versions, default=-1)
+        while os.path.exists(os.path.join(log, f"{version + 1:020d}.json")):
+            version += 1
+        return version if version >= 0 else None
+
+    @staticmethod
+    def _commit(log: str, version: int) -> Optional[Commit]:
+        try:
+            with open(os.path.join(log, f"{version:020d}.json")) as handle:
+                for line in handle:
+                    if line.startswith('{"commitInfo"'):
+                        info = json.loads(line)["commitInfo"]
+                        break
+                else:
+                    return None
+        except OSError:  # removed by the log's retention, as DESCRIBE HISTORY would not show it
+            return None
+        return Commit(
+            version,
+            str(info.get("operation") or ""),
+            {
+                str(k): plain_parameter(v)
+                for k, v in (info.get("operationParameters") or {}).items()
+            },
+            {str(k): str(v) for k, v in (info.get("operationMetrics") or {}).items()},
+            info.get("userMetadata"),
+        )
