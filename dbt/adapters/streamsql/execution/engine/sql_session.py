@@ -16,6 +16,7 @@ from dbt_common.events.contextvars import get_node_info
 from dbt_common.events.functions import fire_event
 from dbt_common.invocation import get_invocation_id
 
+from dbt.adapters.streamsql.execution.engine import connect_client
 from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog
 from dbt.adapters.streamsql.execution.engine.delta_log import (
     DeltaLogReader,
@@ -141,6 +142,13 @@ class AdapterSqlSession:
         self._confs_before: Optional[Dict[str, str]] = None  # _settings_before
 
     def query(self, statement: str) -> List[Dict[str, Any]]:
+        spark = self._embedded_spark()
+        if spark is not None and is_connect_session(spark):  # one round trip, not two
+            rows: List[Dict[str, Any]] = []
+            self._embedded(
+                statement, lambda: rows.extend(connect_client.query_rows(spark, statement))
+            )
+            return rows
         self.trace.record(statement)
         _, cursor = self.adapter.connections.add_query(statement, auto_begin=False)
         rows = cursor.fetchall() or []
@@ -165,8 +173,9 @@ class AdapterSqlSession:
         step is about to MERGE costs a second evaluation.) Over Thrift, where only SQL reaches
         Spark, it is `CACHE TABLE`.
 
-        The measures are computed in the same pass in the embedded session (Spark's observed
-        metrics: no second job, no statement of their own), by one query after it over Thrift.
+        The measures are computed in the same pass in the embedded session and through Spark
+        Connect (Spark's observed metrics: no second job, no statement of their own), by one
+        query after it over Thrift.
         """
         measures = measures or {}
         spark = self._embedded_spark()
@@ -184,20 +193,24 @@ class AdapterSqlSession:
                 # Spark Connect binds a checkpoint's result to the thread's active session, which
                 # is the first session this thread made (often a closed one), not this one.
                 type(spark)._active_session.session = spark
-            frame = spark.sql(select)
+            connect = is_connect_session(spark)
+            frame = connect_client.relation(spark, select) if connect else spark.sql(select)
             observation = Observation(f"{name}_measures")
             if measures:
                 frame = frame.alias(alias or name).observe(
                     observation, *[F.expr(e).alias(n) for n, e in measures.items()]
                 )
-            frame = frame.localCheckpoint(eager=True)
+            if connect:  # with its observed metrics, which PySpark's call does not ask for
+                frame = connect_client.local_checkpoint(frame)
+            else:
+                frame = frame.localCheckpoint(eager=True)
             frame.createOrReplaceTempView(name)
             self._checkpoints[name] = frame
             if measures:
                 observed.update(wait_for(lambda: observation.get, OBSERVED_WAIT_SECONDS) or {})
 
         self._embedded(checkpoint_text(name, select, measures, alias), checkpoint)
-        if measures and not observed:  # Spark did not report them (or, over Connect, cannot): ask
+        if measures and not observed:  # Spark did not report them: ask
             return self.query(measured(name, measures, alias))[0]
         return observed
 
