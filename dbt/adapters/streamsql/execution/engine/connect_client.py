@@ -6,6 +6,8 @@ step makes dozens. PySpark's Connect client spends more of them than a step need
 - `spark.sql(query)` runs the statement on the server at once (so that a command takes effect)
   and returns a relation that `collect()` then executes: two round trips for a query. A relation
   of the SQL text built here is executed once, by the request that fetches its rows.
+- `spark.conf.set` and `unset` send a request per key: a write's settings (step record,
+  idempotent-write id, its options) go in one request here, and come back in one.
 - `DataFrame.localCheckpoint()` does not ask for the relation's observed metrics, which a step
   computes in the same pass as a checkpoint (sql_session.py); without them, each measured
   checkpoint cost one more query. The checkpoint command sent here carries them.
@@ -18,7 +20,7 @@ expected the public one is used instead.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence, Tuple
 
 from dbt.adapters.events.logging import AdapterLogger
 
@@ -54,3 +56,14 @@ def local_checkpoint(frame: Any) -> Any:
     except (AttributeError, KeyError, TypeError) as error:  # another client: the public call
         logger.debug(f"Checkpoint with observed metrics failed ({error}); without them")
         return frame.localCheckpoint(eager=True)
+
+
+def write_confs(spark: Any, settings: Sequence[Tuple[str, str]], unset: Sequence[str]) -> None:
+    """Set `settings` in one request and unset `unset` in one."""
+    from pyspark.sql.connect.proto import base_pb2 as proto
+
+    if settings:
+        spark.conf._set_all(dict(settings), silent=False)
+    if unset:
+        operation = proto.ConfigRequest.Operation(unset=proto.ConfigRequest.Unset(keys=list(unset)))
+        spark.conf._client.config(operation)

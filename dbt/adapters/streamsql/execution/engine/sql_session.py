@@ -112,16 +112,11 @@ def write_confs(spark: Any, settings: Sequence[Tuple[str, str]], unset: Sequence
     """Set `settings` and unset `unset` in `spark`'s conf: over Spark Connect one request each
     (its client sends one per key otherwise), in this process one call per key."""
     if is_connect_session(spark):
-        from pyspark.sql.connect.proto import base_pb2 as proto
-
-        if settings:
-            spark.conf._set_all(dict(settings), silent=False)
-        if unset:
-            operation = proto.ConfigRequest.Operation(
-                unset=proto.ConfigRequest.Unset(keys=list(unset))
-            )
-            spark.conf._client.config(operation)
-        return
+        try:
+            connect_client.write_confs(spark, settings, unset)
+            return
+        except AttributeError:  # another client: one request per key
+            pass
     for key, value in settings:
         spark.conf.set(key, value)
     for key in unset:

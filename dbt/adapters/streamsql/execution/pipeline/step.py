@@ -142,9 +142,14 @@ def run_step(
         raise StepError(f"Model {model.name}: {error}") from error
     except Exception as error:
         if faults.lost_history(error):  # read it all again, once
-            return recovery.take_again(
-                ctx, error, lambda again, why: _step(again, compiled_sql, why), started
-            )
+
+            def take_step(again: StepContext, why: str) -> StepResult:
+                try:
+                    return _step(again, compiled_sql, why)
+                finally:
+                    small_step.leave(again)
+
+            return recovery.take_again(ctx, error, take_step, started)
         refused = concurrent_write(error)
         if refused is not None:
             raise StepError(
