@@ -345,6 +345,26 @@ def start_session(target: Dict[str, Any]) -> Any:
     return spark
 
 
+def table_bench_args(description: str, rounds: int, work_dir: str) -> Any:
+    """The arguments of a bench that writes keyed tables of `--sizes` rows for `--rounds`
+    rounds (small_merge.py, write_paths.py), and the session it runs in: (args, spark)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sizes", default="100,200000", help="rows of the table, comma-separated")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--work-dir", default=work_dir)
+    args = parser.parse_args()
+    spark = start_session(
+        {
+            "warehouse_dir": args.work_dir,
+            "master": "local[2]",
+            "server_side_parameters": {"spark.driver.memory": "4g"},
+        }
+    )
+    return args, spark
+
+
 class MemorySampler:
     """Samples the JVM's heap in use and resident set size a few times a second, in a thread.
 

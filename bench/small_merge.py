@@ -13,25 +13,13 @@ and the Spark jobs of each MERGE.
 
 from __future__ import annotations
 
-import argparse
 import time
 
-from benchlib import start_session
+from benchlib import table_bench_args
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,200000", help="rows of the table, comma-separated")
-    parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--work-dir", default="/tmp/small_merge")
-    args = parser.parse_args()
-    spark = start_session(
-        {
-            "warehouse_dir": args.work_dir,
-            "master": "local[2]",
-            "server_side_parameters": {"spark.driver.memory": "4g"},
-        }
-    )
+    args, spark = table_bench_args(__doc__.splitlines()[0], 12, "/tmp/small_merge")
     context = spark.sparkContext
     spark.sql("SET spark.databricks.delta.merge.materializeSource=none")
     results = {}

@@ -23,10 +23,9 @@ way left the same table.
 
 from __future__ import annotations
 
-import argparse
 import time
 
-from benchlib import start_session
+from benchlib import table_bench_args
 
 WAYS = ("merge", "merge_noaqe", "overwrite", "replace")
 NO_COPY = {
@@ -54,18 +53,7 @@ def statement(way: str, table: str, low: int, high: int, keys: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,200000", help="rows of the table, comma-separated")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--work-dir", default="/tmp/write_paths")
-    args = parser.parse_args()
-    spark = start_session(
-        {
-            "warehouse_dir": args.work_dir,
-            "master": "local[2]",
-            "server_side_parameters": {"spark.driver.memory": "4g"},
-        }
-    )
+    args, spark = table_bench_args(__doc__.splitlines()[0], 6, "/tmp/write_paths")
     context = spark.sparkContext
 
     def timed(group: str, run) -> tuple:
