@@ -55,3 +55,7 @@ def test_unresolvable_delta_jars_are_explained(tmp_path):
     assert result.returncode != 0
     assert "Delta Lake's jars" in result.stdout
     assert "spark.jars" in result.stdout
+    # what Spark printed is in the warehouse's log, and the error quotes its end
+    log = project.root / "warehouse" / "logs" / "spark.log"
+    assert f"The end of its output ({log})" in result.stdout
+    assert "no-such-artifact" in log.read_text()

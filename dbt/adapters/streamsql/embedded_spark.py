@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -278,6 +279,43 @@ def _warehouse_holder(lock_path: str) -> str:
         return "unknown"
 
 
+def spark_log_path(warehouse_dir: str) -> str:
+    """Where the embedded JVM's own output goes: the warehouse's logs/spark.log."""
+    return os.path.join(warehouse_dir, "logs", "spark.log")
+
+
+def output_tail(path: str, lines: int = 20) -> str:
+    """The last lines of a log file ("" when there is none)."""
+    try:
+        with open(path, errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def launch_jvm(master: str, conf: Dict[str, str], log: str) -> None:
+    """Start Spark's JVM with its output (start-up warnings, Ivy's resolution, log lines) in
+    `log` rather than on the dbt command's terminal, unless this process has a JVM already.
+
+    PySpark starts the JVM when the first SparkContext is created and lets it write to the
+    terminal; starting it here first, with the same settings, is PySpark's documented way to
+    capture that output (`popen_kwargs`). The SparkContext then attaches to it."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    spark_conf = SparkConf(loadDefaults=False).setMaster(master)
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    with open(log, "ab") as output:  # the JVM keeps its own handle
+        gateway = launch_gateway(
+            spark_conf, popen_kwargs={"stdout": output, "stderr": subprocess.STDOUT}
+        )
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
 def _start_session(settings: SessionSettings) -> Any:
     from pyspark.sql import SparkSession
 
@@ -292,8 +330,13 @@ def _start_session(settings: SessionSettings) -> Any:
     for key, value in conf.items():
         builder = builder.config(key, value)
     started = time.monotonic()
-    logger.info(f"Starting embedded Spark ({settings.master}, warehouse {settings.warehouse_dir})")
+    log = spark_log_path(settings.warehouse_dir)
+    logger.info(
+        f"Starting embedded Spark ({settings.master}, warehouse {settings.warehouse_dir}; "
+        f"its output: {log})"
+    )
     try:
+        launch_jvm(settings.master, conf, log)
         session = builder.getOrCreate()
     except Exception as exc:  # the JVM failed to start: explain the two usual causes
         raise DbtRuntimeError(
@@ -304,8 +347,7 @@ def _start_session(settings: SessionSettings) -> Any:
             "network; delta-spark and delta-storage alone are not enough) and name them in the "
             'profile: server_side_parameters: {spark.jars: "/path/delta-jars/*.jar"} '
             "(docs/configuration.md, 'Without network access to Maven Central').\n"
-            "Look above for 'unresolved dependency' or Java errors.\n"
-            f"Spark said: {exc}"
+            f"Spark said: {exc}\nThe end of its output ({log}):\n{output_tail(log)}"
         ) from exc
     coordinate = delta_maven_coordinate()
     if conf.get("spark.jars.packages") == coordinate:  # Ivy resolved it: list what it gave

@@ -42,7 +42,7 @@ from dbt_common.exceptions import DbtRuntimeError
 from filelock import FileLock, Timeout
 
 from dbt.adapters.streamsql.__version__ import version as ADAPTER_VERSION
-from dbt.adapters.streamsql.embedded_spark import SessionSettings
+from dbt.adapters.streamsql.embedded_spark import SessionSettings, output_tail
 
 logger = AdapterLogger("StreamSQL")
 
@@ -191,11 +191,7 @@ def free_port() -> int:
 
 
 def log_tail(paths: ServerPaths, lines: int = 25) -> str:
-    try:
-        with open(paths.log, errors="replace") as handle:
-            return "".join(handle.readlines()[-lines:])
-    except OSError:
-        return f"(no log at {paths.log})"
+    return output_tail(paths.log, lines) or f"(no log at {paths.log})"
 
 
 def running_server(paths: ServerPaths) -> Optional[ServerState]:
