@@ -1,13 +1,17 @@
-"""The sample project gives the same views embedded, on a standalone cluster and over Thrift.
+"""The sample project gives the same views on a standalone cluster and over Thrift.
 
 Starts a standalone master and worker on loopback from the pyspark installation
 (`scripts/spark_servers.py`), runs the sample project's first steps with `method: session` pointed
 at the cluster, then starts a Spark Thrift Server with Delta (on the same cluster) and runs the
-same steps through `method: thrift`, then runs them on the embedded Spark as the default profile
-does (the warm server: Spark Connect on this machine), and compares every
-incremental view (and LATENESS quarantine) across the three as multisets. Each run is a separate
+same steps through `method: thrift`, and compares every incremental view (and LATENESS
+quarantine) of the two as multisets, and what each step read and applied. Each run is a separate
 process (`tests/sample_steps.py`) with its own warehouse and metastore. The step times of the
-three runs are written to `logs/cluster_step_times.json` (and printed, see `-s`).
+runs are written to `logs/cluster_step_times.json` (and printed, see `-s`).
+
+The embedded Spark as the sample project's default profile runs it (the warm server) is
+test_demo.py's; steps over Spark Connect are compared with the in-process session model by
+model in test_differential.py, test_lateness.py and test_crash_recovery.py (the `connect_server`
+fixture), and two runs at once through the warm server are test_concurrency.py's.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from typing import Any, Dict
 
 import pytest
 
-from dbt.adapters.streamsql import warm_server
 from scripts.spark_servers import StandaloneCluster, ThriftServer
 from tests.functional.test_concurrency import assert_consistent, two_runs_at_once
 
@@ -118,8 +121,8 @@ def differences(expected: Dict[str, list], actual: Dict[str, list]) -> Dict[str,
 
 
 @pytest.mark.functional
-@pytest.mark.timeout(3 * RUN_TIMEOUT + 600)
-def test_sample_project_same_views_embedded_on_cluster_and_over_thrift(cluster, tmp_path):
+@pytest.mark.timeout(2 * RUN_TIMEOUT + 600)
+def test_sample_project_same_views_on_cluster_and_over_thrift(cluster, tmp_path):
     reports: Dict[str, Dict[str, Any]] = {}
 
     reports["cluster"] = run_steps(
@@ -175,45 +178,12 @@ def test_sample_project_same_views_embedded_on_cluster_and_over_thrift(cluster, 
     finally:
         thrift.stop()
 
-    # The embedded Spark as the sample project's default profile runs it: the warm server, a
-    # Spark Connect server on this machine; then two runs at once through it, over
-    # `method: connect` pointed at it.
-    warehouse = tmp_path / "embedded" / "warehouse"
-    warm = warm_server.ServerPaths(str(warehouse))
-    try:
-        reports["embedded"] = run_steps(
-            tmp_path / "embedded",
-            {
-                "type": "streamsql",
-                "method": "session",
-                "keep_warm": True,
-                "schema": "demo",
-                "threads": 4,
-                "warehouse_dir": str(warehouse),
-                "server_side_parameters": SMALL_DATA,
-            },
-        )
-        server = warm_server.ServerState.read(warm)
-        assert server is not None, "the embedded run did not go through the warm server"
-        concurrent = {
-            "type": "streamsql",
-            "method": "connect",
-            "host": "localhost",
-            "port": server.port,
-            "token": warm_server.read_token(warm),
-            "schema": "conc_connect",
-        }
-        outputs = two_runs_at_once(tmp_path / "concurrent_connect", concurrent)
-        assert_consistent(tmp_path / "concurrent_connect", concurrent, outputs)
-    finally:
-        warm_server.stop_server(warm)
-
     times = {mode: step_times(report) for mode, report in reports.items()}
     RESULTS_FILE.parent.mkdir(exist_ok=True)
     RESULTS_FILE.write_text(json.dumps({"steps": STEPS, "rate": RATE, "runs": times}, indent=1))
     print(json.dumps(times, indent=1))
 
-    expected = reports["embedded"]["contents"]
+    expected = reports["cluster"]["contents"]
     assert set(expected) >= {
         "stg_purchases",
         "stg_sensors",
@@ -225,11 +195,9 @@ def test_sample_project_same_views_embedded_on_cluster_and_over_thrift(cluster, 
         "stg_purchases__late",
     }
     assert all(expected[name] for name in ("stg_purchases", "stg_sensors", "orders_enriched"))
-    for mode in ("cluster", "thrift"):
-        assert differences(expected, reports[mode]["contents"]) == {}, mode
+    assert differences(expected, reports["thrift"]["contents"]) == {}
     # The same changes were read and applied, step by step and model by model.
-    for mode in ("cluster", "thrift"):
-        for mine, theirs in zip(reports[mode]["steps"], reports["embedded"]["steps"]):
-            for name, model in theirs["models"].items():
-                for key in ("plan", "changes_read", "applied", "late", "held"):
-                    assert mine["models"][name][key] == model[key], (mode, name, key)
+    for mine, theirs in zip(reports["thrift"]["steps"], reports["cluster"]["steps"]):
+        for name, model in theirs["models"].items():
+            for key in ("plan", "changes_read", "applied", "late", "held"):
+                assert mine["models"][name][key] == model[key], (name, key)

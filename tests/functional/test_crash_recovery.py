@@ -22,6 +22,7 @@ import pytest
 from dbt.tests.util import run_dbt
 
 from dbt.adapters.streamsql.execution.pipeline.step import FAULT_INJECTION_ENV
+from tests.over_connect import OverConnect
 
 LINEAR_CHECKPOINTS = ["start", "before_commit", "after_commit"]  # a linear step has no state
 AGGREGATE_CHECKPOINTS = ["start", "before_commit", "after_commit", "before_state", "after_state"]
@@ -71,11 +72,22 @@ def run_step(model: str, fail_at: str = "", expect_pass: bool = True):
     return results[0]
 
 
+# Over Spark Connect (TestCrashRecoveryOverConnect): one case of each kind, after the commit where
+# a kind has state (the roll-forward reads its state through the server).
+CONNECT_CASES = [
+    ("linear", "before_commit"),
+    ("aggregate", "before_state"),
+    ("staged", "before_state"),
+]
+
+
 class TestCrashRecovery:
+    cases = CASES
+
     @pytest.fixture(scope="class")
     def models(self) -> Dict[str, str]:
         files = {}
-        for kind, point in CASES:
+        for kind, point in self.cases:
             src = "{{ target.schema }}." + source_name(kind, point)
             files[f"{model_name(kind, point)}.sql"] = (
                 "{{ config(materialized='incremental_view') }}\n" + QUERIES[kind].format(src=src)
@@ -156,6 +168,18 @@ SIDE_FAULTS = {
     "before_quarantine": (),
     "before_hold": ("__late", "__waterline"),
 }
+
+
+class TestCrashRecoveryOverConnect(OverConnect, TestCrashRecovery):
+    """The same crashes, each step through a Spark Connect server (`method: connect`)."""
+
+    cases = CONNECT_CASES
+
+    @pytest.mark.parametrize(
+        "kind,point", CONNECT_CASES, ids=[f"{k}-{p}" for k, p in CONNECT_CASES]
+    )
+    def test_failed_step_completes_exactly_once(self, project, kind, point):
+        super().test_failed_step_completes_exactly_once(project, kind, point)
 
 
 class TestSideTablesAfterCrash:

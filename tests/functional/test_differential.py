@@ -359,7 +359,24 @@ class History:
         return statements
 
 
+# Over Spark Connect (TestDifferentialOverConnect): a model of each kind of plan, chains included.
+CONNECT_MODELS = [
+    "lin_project_filter",
+    "lin_chain",
+    "lin_left_join",
+    "lin_latest_per_key",
+    "agg_basic",
+    "agg_count_distinct",
+    "agg_chain_of_aggregate",
+    "stage_join_of_aggregate",
+    "re_top_n",
+]
+
+
 class TestDifferential:
+    names = list(MODELS)  # the models stepped, compared and checked
+    steps = STEPS
+
     @pytest.fixture(scope="class")
     def dbt_profile_target(self, dbt_profile_target):
         # Models run on 4 dbt threads, as users would run them: a step is mostly short Spark
@@ -368,7 +385,7 @@ class TestDifferential:
 
     @pytest.fixture(scope="class")
     def models(self):
-        files = {f"{name}.sql": IV + sql for name, (sql, _) in MODELS.items()}
+        files = {f"{name}.sql": IV + MODELS[name][0] for name in self.names}
         files["sources.yml"] = SOURCES_YML
         return files
 
@@ -394,7 +411,7 @@ class TestDifferential:
         compiled: Dict[str, str] = {}
         columns_of: Dict[str, str] = {}
         previous_step: Dict[str, int] = {}
-        for step in range(1, STEPS + 1):
+        for step in range(1, self.steps + 1):
             applied: List[str] = []
             if step > 1:
                 applied = history.batch()
@@ -402,7 +419,7 @@ class TestDifferential:
                     project.run_sql(statement)
             results = run_dbt(["run"])
             context = f"seed {SEED}, step {step}, this step's changes: {applied}"
-            assert len(results) == len(MODELS), context
+            assert len(results) == len(self.names), context
             for result in results:
                 name = result.node.name
                 response = result.adapter_response
@@ -425,7 +442,7 @@ class TestDifferential:
                 previous_step[name] = response["step"]
                 compiled.setdefault(name, result.node.compiled_code)
 
-            for name in MODELS:
+            for name in self.names:
                 relation = f"{sources}.{name}"
                 if name not in columns_of:  # a model's columns do not change between steps
                     columns_of[name] = ", ".join(f"`{c}`" for c in model_columns(project, relation))
@@ -438,3 +455,15 @@ class TestDifferential:
                     f"(plan {MODELS[name][1]}):\n{bag_diff(name, expected, actual)}\n{context}\n"
                     f"SQL: {body}"
                 )
+
+
+class TestDifferentialOverConnect(TestDifferential):
+    """A model of each kind of plan, stepped through a Spark Connect server (`method:
+    connect`) over the same random history, fewer steps."""
+
+    names = CONNECT_MODELS
+    steps = min(STEPS, 4)
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, connect_server):
+        return {**connect_server, "threads": 4}

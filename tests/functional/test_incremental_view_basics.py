@@ -9,6 +9,8 @@ from collections import Counter
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
+from tests.over_connect import OverConnect
+
 SOURCES_YML = """
 version: 2
 sources:
@@ -429,3 +431,7 @@ class TestInsertOnlySteps:
         for model in ("copies", "pairs", "left_pairs"):
             statements = net_statements(logs_dir, model, since)
             assert len(statements) == 1 and "HAVING SUM" in statements[0], (model, statements)
+
+
+class TestStepReportOverConnect(OverConnect, TestStepReport):
+    """The same steps through a Spark Connect server (`method: connect`)."""

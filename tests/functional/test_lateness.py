@@ -4,6 +4,8 @@ and friends."""
 import pytest
 from dbt.tests.util import run_dbt
 
+from tests.over_connect import OverConnect
+
 SEED_001_ROWS = [
     ("2020-01-01 00:00:00", "home"),
     ("2020-01-01 01:00:00", "office"),
@@ -176,6 +178,10 @@ SENSOR = """
           max_future={'ts': 'INTERVAL 1 DAY'}) }}
 select ts, seq, reading from {{ var('source') }}
 """
+
+
+class TestSeed000PurchaseOverConnect(OverConnect, TestSeed000Purchase):
+    """The same steps through a Spark Connect server (`method: connect`)."""
 
 
 class TestFutureAndTwoColumns:

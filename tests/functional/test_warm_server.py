@@ -2,7 +2,7 @@
 
 Every dbt command here is a process of its own, as a cron job's would be; the module shares one
 warehouse and stops its server at the end. The steps themselves over Spark Connect are compared
-with the other connection methods in test_cluster.py.
+with the in-process session's in test_differential.py, test_lateness.py and test_crash_recovery.py.
 """
 
 from __future__ import annotations

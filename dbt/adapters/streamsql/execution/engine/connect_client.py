@@ -13,9 +13,9 @@ step makes dozens. PySpark's Connect client spends more of them than a step need
   checkpoint cost one more query. The checkpoint command sent here carries them.
 
 Both use PySpark's own classes for the requests (`pyspark.sql.connect.plan`), which are not a
-public API: the pinned pyspark is what they are tested with (tests/functional/test_cluster.py
-and test_warm_server.py run steps through a server), and when a call does not answer as
-expected the public one is used instead.
+public API: the pinned pyspark is what they are tested with (test_differential.py,
+test_crash_recovery.py and test_warm_server.py run steps through a server), and when a call does
+not answer as expected the public one is used instead.
 """
 
 from __future__ import annotations
