@@ -433,5 +433,75 @@ class TestInsertOnlySteps:
             assert len(statements) == 1 and "HAVING SUM" in statements[0], (model, statements)
 
 
+STAGED = """
+{{ config(materialized='view') }}
+select id, k, v * 2 as v2 from {{ source('raw', 'src') }} where k is not null
+"""
+
+STAGED_AGAIN = """
+{{ config(materialized='view') }}
+select * from {{ ref('staged') }} where v2 > 0
+"""
+
+OVER_A_VIEW = """
+{{ config(materialized='incremental_view') }}
+select k, count(*) as n, sum(v2) as total from {{ ref('staged') }} group by k
+"""
+
+OVER_TWO_VIEWS = """
+{{ config(materialized='incremental_view') }}
+select s.id, s.v2, t.n from {{ ref('staged_again') }} s join {{ ref('over_a_view') }} t
+  on s.k = t.k
+"""
+
+
+class TestViewInputs:
+    """dbt `view` models as inputs: the step plans with each view's query in its place and
+    reads the change of the view's table."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "staged.sql": STAGED,
+            "staged_again.sql": STAGED_AGAIN,
+            "over_a_view.sql": OVER_A_VIEW,
+            "over_two_views.sql": OVER_TWO_VIEWS,
+            "sources.yml": SOURCES_YML,
+        }
+
+    def test_models_over_views_equal_their_queries_after_every_step(self, project):
+        schema = project.test_schema
+        src = create_src(project)
+        project.run_sql(f"insert into {src} values (1, 1, 10), (2, 1, -3), (3, 2, 5), (4, null, 1)")
+        changes = [
+            f"insert into {src} values (5, 2, 7), (6, 3, 1)",
+            f"update {src} set v = -10 where id = 3",
+            f"delete from {src} where id in (1, 6)",
+        ]
+        for step in range(1, len(changes) + 2):
+            if step > 1:
+                project.run_sql(changes[step - 2])
+            results = run_dbt(["run"])
+            for name in ("over_a_view", "over_two_views"):
+                response = by_name(results, name).adapter_response
+                assert response["step"] == step, response
+                assert response["computed"] == response["plan"] != "recompute", response
+                body = by_name(results, name).node.compiled_code
+                assert rows(project, f"{schema}.{name}") == Counter(
+                    tuple(r) for r in project.run_sql(f"select * from ({body}) q", fetch="all")
+                ), (name, step)
+        # the steps read the view's table: its change, not the whole of it
+        last = by_name(results, "over_a_view").adapter_response
+        assert last["changes_read"] == 2, last  # the two deleted rows
+        # a run with no change in the view's table is not a step
+        for result in run_dbt(["run"]):
+            if result.node.name.startswith("over_"):
+                assert "inputs unchanged" in result.adapter_response["_message"]
+
+
 class TestStepReportOverConnect(OverConnect, TestStepReport):
+    """The same steps through a Spark Connect server (`method: connect`)."""
+
+
+class TestViewInputsOverConnect(OverConnect, TestViewInputs):
     """The same steps through a Spark Connect server (`method: connect`)."""

@@ -132,6 +132,8 @@ class FakeSqlSession:
         # Whether the step may take a table's snapshot as free (the embedded session reads it in
         # the JVM, without a statement); the fake still answers it through SQL.
         self.free_snapshots = False
+        # views by their normalized name: (their query, their schema, their output columns)
+        self.views: Dict[str, Tuple[str, str, Sequence[str]]] = {}
 
     # -- setting up ---------------------------------------------------------------------------
 
@@ -143,6 +145,10 @@ class FakeSqlSession:
         table.commit("CREATE TABLE")
         self.column_types.update(dict(columns))
         self.tables[table_key(name)] = table
+
+    def create_view(self, name: str, text: str, columns: Sequence[str]) -> None:
+        """A view in the catalog: no Delta table, a query (its schema: the view's)."""
+        self.views[table_key(name)] = (text, table_key(name).split(".")[0], list(columns))
 
     def append_to(self, name: str, rows: int = 3, size_bytes: int = 100) -> None:
         """Someone else appends rows to a source: a new version."""
@@ -248,6 +254,25 @@ class FakeSqlSession:
                     "properties": dict(table.properties),
                     "sizeInBytes": table.size_bytes,
                 }
+            ]
+        match = re.match(r"^DESCRIBE TABLE EXTENDED (\S+)$", statement)
+        if match:  # the catalog's answer about a view (create_view); a table is not asked
+            key = table_key(match.group(1))
+            if key not in self.views:
+                self._table(match.group(1))  # raises as Spark does for a missing one
+                return [{"col_name": "Type", "data_type": "MANAGED"}]
+            text, namespace, columns = self.views[key]
+            return [
+                {"col_name": "Type", "data_type": "VIEW"},
+                {"col_name": "View Text", "data_type": text},
+                {
+                    "col_name": "View Catalog and Namespace",
+                    "data_type": f"spark_catalog.{namespace}",
+                },
+                {
+                    "col_name": "View Query Output Columns",
+                    "data_type": "[" + ", ".join(f"`{c}`" for c in columns) + "]",
+                },
             ]
         match = re.match(r"^DESCRIBE TABLE (\S+)$", statement)
         if match:

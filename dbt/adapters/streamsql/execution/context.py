@@ -12,7 +12,7 @@ import hashlib
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Optional
+from typing import Callable, ContextManager, List, Optional
 
 from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.engine.bindings import Bindings
@@ -37,6 +37,8 @@ class StepContext:
     side_sql: SideTableSql = field(default_factory=default_side_table_sql)
     # The step runs with pipeline/small_step.py's settings: its tables are all small.
     small: bool = False
+    # The views the model reads, whose queries the step plans with (input_views.py).
+    views_read: List[str] = field(default_factory=list)
     views: StepViews = field(init=False)
     bindings: Bindings = field(init=False)
     delta_log: DeltaLogReader = field(init=False)

@@ -23,7 +23,7 @@ from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.event_time.emit_final import final_columns, plan_name
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
 from dbt.adapters.streamsql.execution.model import ModelSettings
-from dbt.adapters.streamsql.execution.pipeline import inputs, plan_choice
+from dbt.adapters.streamsql.execution.pipeline import input_views, plan_choice
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import FAST_PATH, StagePlan, StepPlan
 
@@ -78,7 +78,7 @@ def explain_model(session: SqlSession, model: ModelSettings, compiled_sql: str) 
 def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
     """What a step would find before it writes anything, asked the way a step asks it."""
     model = ctx.model
-    read = inputs.describe_inputs(ctx, compiled_sql)
+    compiled_sql, read = input_views.describe_inputs(ctx, compiled_sql)  # views inlined
     decided = plan_choice.model_plan(ctx, compiled_sql, read)  # as the step decides it
     plan, rules = decided.plan, decided.rules
     fingerprint = sql_fingerprint(compiled_sql)
@@ -100,7 +100,7 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
     if last is not None:
         for reading in found.inputs:
             reading.last_version = last.input_versions.get(reading.name)
-        changed = sql_changed(model.name, last, compiled_sql)
+        changed = sql_changed(model.name, last, compiled_sql, ctx.views_read)
         if changed:
             found.problem = changed
         pending = model.table_name("__pending")

@@ -45,17 +45,26 @@ COMPACT_MIN_ROWS = 100_000
 COMPACT_AFTER_STEPS = 20
 
 
-def sql_changed(model: str, last: StepRecord, compiled_sql: str) -> Optional[str]:
+def sql_changed(
+    model: str, last: StepRecord, compiled_sql: str, views: Sequence[str] = ()
+) -> Optional[str]:
     """Why the model's table no longer matches its query, when its query changed in meaning
-    since step `last` (comments and layout do not count); None when it did not."""
+    since step `last` (comments and layout do not count); None when it did not. `views`: the
+    views whose queries stand in `compiled_sql` (input_views.py)."""
     if last.same_sql(compiled_sql):
         return None
     clauses = changed_clauses(last.sql_clauses, compiled_sql)
     which = f" (its {', '.join(clauses)})" if clauses else ""
+    through = (
+        f" Its query includes the definitions of the views it reads ({', '.join(views)}): a "
+        "changed view is a changed query."
+        if views
+        else ""
+    )
     return (
         f"Model {model}: its SQL changed since step {last.step}{which}, so its table no longer "
         "matches its query. Run `dbt run --full-refresh --select "
-        f"{model}` to rebuild it from its inputs. (Comments and layout are not a change.)"
+        f"{model}` to rebuild it from its inputs. (Comments and layout are not a change.)" + through
     )
 
 
@@ -72,7 +81,7 @@ def prepare_target(
     (a first or full-refresh run, see `last_step`)."""
     model = ctx.model
     if last is not None:
-        changed = sql_changed(model.name, last, compiled_sql)
+        changed = sql_changed(model.name, last, compiled_sql, ctx.views_read)
         if changed:
             raise StepError(changed)
         require_state_tables(ctx, plan, last)

@@ -55,21 +55,28 @@ def describe_inputs(ctx: StepContext, compiled_sql: str) -> List[InputState]:
     return [describe_input(ctx, name) for name in referenced_tables(compiled_sql)]
 
 
+class InputUnreadable(StepError):
+    """An input that is not a Delta table, or not in the catalog as a table: the step plans
+    with its query if it is a view (input_views.py), else fails with this message."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 def describe_input(ctx: StepContext, name: str) -> InputState:
     model = ctx.model.name
     try:
         snapshot = ctx.delta_log.snapshot(name)
     except NotDeltaTable as exc:
-        raise StepError(
+        raise InputUnreadable(
             f"Model {model} reads {name}, which is not a Delta table, so its "
             "changes cannot be read. Make it a Delta table (materialized='table' or "
-            "'incremental_view' on this adapter, or CONVERT TO DELTA for a source)."
+            "'incremental_view' on this adapter, or CONVERT TO DELTA for a source).",
+            name,
         ) from exc
     except TableMissing as exc:
-        raise StepError(
-            f"Model {model} reads {name}, which does not exist (or is a view; "
-            "incremental views read tables: materialize it as a table or incremental_view)."
-        ) from exc
+        raise InputUnreadable(f"Model {model} reads {name}, which does not exist.", name) from exc
     if snapshot.properties.get("delta.enableChangeDataFeed", "false").lower() != "true":
         raise StepError(
             f"Model {model} reads {name}, whose Delta change data feed is off, so "

@@ -53,6 +53,7 @@ from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.pipeline import (
     bounds,
     change,
+    input_views,
     inputs,
     keys,
     plan_choice,
@@ -169,7 +170,8 @@ def run_step(
 def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = None) -> StepResult:
     # 1. inputs, and where the model stands: a step a crash left unfinished is finished first;
     # a run whose inputs did not change since the last step stops here
-    read = inputs.describe_inputs(ctx, compiled_sql)
+    # (an input that is a view: the query is planned with the view's query in its place)
+    compiled_sql, read = input_views.describe_inputs(ctx, compiled_sql)
     versions = {i.table.name: i.version for i in read}
     last = history.last_step(ctx)
     if last is not None:
@@ -230,6 +232,10 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
         recover_reason=recover_reason,
     )
     step.record.plan, step.record.reason = name, plan.reason
+    if ctx.views_read:
+        step.result.notes.append(
+            f"read the views {', '.join(ctx.views_read)} through their queries"
+        )
     step.record.fingerprint(compiled_sql)  # a record of an earlier version's: upgraded
     step.record.emit_final = ctx.model.emit_final  # a change since the last step was refused
     tables.compact_state_tables(ctx, plan, previous, step.record)
