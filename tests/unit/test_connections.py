@@ -1,11 +1,14 @@
 """Thrift connections without a server: session settings and statement polling."""
 
+from pathlib import Path
+
 import pytest
 from dbt_common.exceptions import DbtDatabaseError
 from TCLIService.ttypes import TOperationState
 
 from dbt.adapters.streamsql import connections
 from dbt.adapters.streamsql.connections import (
+    StreamSQLCredentials,
     ThriftConnectionWrapper,
     thrift_session_configuration,
 )
@@ -148,3 +151,45 @@ def test_delta_jars_come_from_ivy_until_a_start_has_listed_the_files_it_resolved
     jars[1].unlink()
     conf = SessionSettings("/tmp/warehouse", "local[2]", {}, 600).spark_conf()
     assert conf["spark.jars.packages"] == coordinate and "spark.jars" not in conf
+
+
+@pytest.mark.parametrize(
+    "answers, expected",
+    [
+        (
+            [1, "warehouse", "analytics", 4],
+            {"method": "session", "warehouse_dir": "warehouse", "schema": "analytics"},
+        ),
+        (
+            [2, "spark.example.internal", 15002, "", "analytics", 2],
+            {"method": "connect", "host": "spark.example.internal", "port": 15002, "token": ""},
+        ),
+        (
+            [3, "thrift.example.internal", 10000, "dbt", "analytics", 4],
+            {"method": "thrift", "host": "thrift.example.internal", "port": 10000, "user": "dbt"},
+        ),
+    ],
+)
+def test_dbt_init_asks_for_each_way_of_reaching_spark_and_writes_a_valid_profile(
+    monkeypatch, answers, expected
+):
+    """`dbt init` walks the adapter's profile_template.yml: what it writes for each choice is a
+    target the adapter accepts."""
+    import click
+    import yaml
+    from dbt.task.init import InitTask
+
+    import dbt.include.streamsql as include
+
+    template = yaml.safe_load((Path(include.__file__).parent / "profile_template.yml").read_text())
+    pending = list(answers)
+    monkeypatch.setattr(click, "prompt", lambda *args, **kwargs: pending.pop(0))
+    task = InitTask.__new__(InitTask)
+    target = task.generate_target_from_input(template["prompts"], dict(template["fixed"]))
+    assert pending == []  # every answer was asked for
+    assert target["type"] == "streamsql"
+    assert {k: target[k] for k in expected} == expected
+    credentials = StreamSQLCredentials.from_dict(
+        {k: v for k, v in target.items() if k not in ("type", "threads")}
+    )
+    assert credentials.method == expected["method"]
