@@ -145,3 +145,22 @@ def test_a_lost_server_is_named_with_what_to_do(tmp_path):
     remote = Connection(credentials(method="connect", host="spark.internal"))
     assert "spark.internal:15002 cannot be reached" in server_lost(remote, "Connection refused")
     assert server_lost(warm, "[TABLE_OR_VIEW_NOT_FOUND] ...") is None
+
+
+def test_a_stopped_child_that_is_not_yet_reaped_is_not_alive():
+    """A server the stopping process started itself is its child: once it exits it is a zombie
+    until waited for, and stop_server must not wait out its grace period for it."""
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert warm_server.pid_alive(child.pid)
+        os.kill(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while warm_server.pid_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not warm_server.pid_alive(child.pid)
+    finally:
+        child.kill()

@@ -158,13 +158,28 @@ def last_used(paths: ServerPaths, state: ServerState) -> float:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs. A process that has exited but is not yet reaped (a
+    zombie) does not: a server this process started and then stopped is its own child, which
+    stays a zombie until waited for (stop_server would otherwise wait its whole grace period)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False  # our child, exited: reaped now
+    except ChildProcessError:
+        pass  # not our child
+    except OSError:
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            # pid (comm) state ...: the state follows the last ')'
+            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def is_server_process(pid: int) -> bool:
