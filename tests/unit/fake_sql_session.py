@@ -285,7 +285,7 @@ class FakeSqlSession:
             wanted = f"{table_key(match.group(1))}.{match.group(2).lower()}"
             return [{"tableName": match.group(2)}] if wanted in self.tables else []
         match = re.match(
-            r"^CREATE (OR REPLACE TABLE|TABLE IF NOT EXISTS) (\S+) \((.*?)\) "
+            r"^CREATE (OR REPLACE TABLE|TABLE IF NOT EXISTS|TABLE) (\S+) \((.*?)\) "
             r"USING delta(?:.*TBLPROPERTIES \((.*)\))?$",
             statement,
             re.S,
@@ -308,6 +308,11 @@ class FakeSqlSession:
         key = table_key(name)
         if how.startswith("TABLE IF NOT EXISTS") and key in self.tables:
             return
+        if how == "TABLE" and key in self.tables:  # a plain CREATE, as Spark refuses it
+            raise RuntimeError(
+                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view {name} because "
+                "it already exists."
+            )
         columns = []
         for part in split_top_level(definition):
             column, data_type = part.split(" ", 1)

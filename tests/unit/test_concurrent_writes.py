@@ -72,11 +72,11 @@ def test_other_errors_are_not_another_runs(other):
 
 @pytest.mark.parametrize("refusal", REFUSALS)
 def test_another_run_creating_the_same_tables_is_a_clean_error(refusal):
-    """Two first steps at once: the slower one's CREATE OR REPLACE is refused, and the message
-    quotes Delta's words, not dbt's title or the server's wrapper."""
+    """Two first steps at once: the slower one's CREATE of the model's table is refused, and the
+    message quotes Delta's words, not dbt's title or the server's wrapper."""
     session = FakeSqlSession()
     session.create_source("demo.src", [("id", "bigint"), ("k", "bigint"), ("v", "bigint")])
-    session.fail_on = ("CREATE OR REPLACE TABLE", as_run_sees_it(refusal))
+    session.fail_on = ("CREATE TABLE", as_run_sees_it(refusal))
     with pytest.raises(StepError) as error:
         run_step(session, ModelSettings(name="m", schema="demo", identifier="m"), LINEAR)
     message = str(error.value)
@@ -84,3 +84,27 @@ def test_another_run_creating_the_same_tables_is_a_clean_error(refusal):
     assert f"refused this run's write: {concurrent_write(RuntimeError(refusal))[:60]}" in message
     assert "run again to continue" in message
     assert "HiveSQLException" not in message and "Runtime Error" not in message
+
+
+def test_a_first_step_does_not_replace_a_model_table_another_run_just_created(monkeypatch):
+    """Two first steps at once, both having found no table: the one whose CREATE comes second
+    must not replace the table the other one is stepping (both would then apply step 1: the
+    rows twice). Its model CREATE is a plain one, refused with the clear error; the other
+    run's table and history are untouched."""
+    from dbt.adapters.streamsql.execution.commit import history
+
+    session = FakeSqlSession()
+    session.create_source("demo.src", [("id", "bigint"), ("k", "bigint"), ("v", "bigint")])
+    model = ModelSettings(name="m", schema="demo", identifier="m")
+    run_step(session, model, LINEAR)  # the other run: step 1 done
+    before = list(session.tables["demo.m"].history)
+    monkeypatch.setattr(history, "target_exists", lambda ctx: False)  # this run checked earlier
+    with pytest.raises(StepError) as error:
+        run_step(session, model, LINEAR)
+    assert str(error.value).startswith("Model m: another run wrote to its tables at the same time")
+    assert "TABLE_OR_VIEW_ALREADY_EXISTS" in str(error.value)
+    assert session.tables["demo.m"].history == before
+    # a full refresh still replaces it
+    run_step(
+        session, ModelSettings(name="m", schema="demo", identifier="m", full_refresh=True), LINEAR
+    )

@@ -62,6 +62,7 @@ TABLE_STATEMENTS = [
     (re.compile(r"^SHOW TABLES IN (\S+)"), "exists?"),
     (re.compile(r"^CREATE OR REPLACE TABLE (\S+)"), "create"),
     (re.compile(r"^CREATE TABLE IF NOT EXISTS (\S+)"), "create if missing"),
+    (re.compile(r"^CREATE TABLE (\S+)"), "create, not replacing"),
     (re.compile(r"^INSERT INTO (\S+)"), "insert"),
     (re.compile(r"^INSERT OVERWRITE (\S+)"), "overwrite"),
     (re.compile(r"^MERGE INTO (\S+)"), "merge"),
@@ -142,7 +143,7 @@ def test_a_linear_first_step_creates_the_model_and_appends_the_whole_input():
         + [
             "describe query",  # 2. the model's columns, for the plan
             "set userMetadata",
-            "create demo.m",
+            "create, not replacing demo.m",
             "reset userMetadata",  # step 0's record
             "query",  # 3. the input's rows, counted: a first step's change is the whole input
         ]
@@ -624,7 +625,7 @@ def test_a_retry_after_a_fault_completes_the_step_exactly_once(monkeypatch, kind
 def test_another_run_writing_the_same_tables_is_a_clean_error(delta_error):
     """Two first steps at once over a Thrift Server: the slower one's write is refused."""
     session = new_session()
-    session.fail_on = ("CREATE OR REPLACE TABLE", delta_error)
+    session.fail_on = ("CREATE TABLE", delta_error)
     with pytest.raises(StepError) as error:
         run_step(session, model("m"), LINEAR)
     message = str(error.value)

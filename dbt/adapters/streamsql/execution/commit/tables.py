@@ -106,6 +106,12 @@ def prepare_target(
             ctx, model.table(suffix), aggregate, views, location=model.location_of(suffix)
         )
         record.state_tables.append(name)
+    # The model's table is created last, and claims the model: when it did not exist, a plain
+    # CREATE, so that of two first steps started together the second fails here (another run
+    # created it: the clear concurrent-write error) instead of replacing the table the first one
+    # is stepping. A full refresh replaces it; so does a model with a location_root, where a
+    # plain CREATE over files left at that location would adopt them.
+    claim = not model.full_refresh and model.location is None
     with ctx.role(f"create the model's table {model.target}, empty (step 0)"):
         with_record(
             ctx,
@@ -118,6 +124,7 @@ def prepare_target(
                     model.partition_by,
                     model.cluster_by,
                     model.location,
+                    replace=not claim,
                 )
             ),
             idempotent=False,

@@ -501,9 +501,13 @@ def create_table(
     partition_by: Iterable[str] = (),
     cluster_by: Iterable[str] = (),
     location: Optional[str] = None,
+    replace: bool = True,
 ) -> str:
+    """CREATE OR REPLACE TABLE, or with `replace=False` a CREATE TABLE that fails when the table
+    exists (TABLE_OR_VIEW_ALREADY_EXISTS)."""
     definition = ", ".join(f"{quote(c.name)} {c.data_type}" for c in columns)
-    clauses: List[str] = [f"CREATE OR REPLACE TABLE {name} ({definition}) USING delta"]
+    create = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
+    clauses: List[str] = [f"{create} {name} ({definition}) USING delta"]
     partitions = list(partition_by)
     if partitions:
         clauses.append(f"PARTITIONED BY ({', '.join(quote(p) for p in partitions)})")
