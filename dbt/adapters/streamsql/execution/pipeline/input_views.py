@@ -17,7 +17,7 @@ no statement for this.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from sqlglot import exp
 
@@ -28,7 +28,7 @@ from dbt.adapters.streamsql.execution.pipeline import inputs
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputState, InputUnreadable
 from dbt.adapters.streamsql.planning.binding import input_references, parse_query
 from dbt.adapters.streamsql.planning.plan import DIALECT
-from dbt.adapters.streamsql.planning.references import normalize_table_name
+from dbt.adapters.streamsql.planning.references import normalize_table_name, referenced_tables
 
 # Views of views are inlined this deep at most (a cycle cannot be created in Spark's catalog,
 # but a runaway chain should stop with a message).
@@ -48,9 +48,13 @@ def describe_inputs(ctx: StepContext, compiled_sql: str) -> Tuple[str, List[Inpu
     (tables only: inputs.describe_inputs)."""
     sql = compiled_sql
     inlined: List[str] = []
+    described: Dict[str, InputState] = {}  # each table read once, however many views inlined
     for _ in range(MAX_DEPTH + 1):
         try:
-            return sql, inputs.describe_inputs(ctx, sql)
+            for name in referenced_tables(sql):
+                if name not in described:
+                    described[name] = inputs.describe_input(ctx, name)
+            return sql, [described[name] for name in referenced_tables(sql)]
         except InputUnreadable as unreadable:
             view = view_definition(ctx.session.query, unreadable.name)
             if view is None:
