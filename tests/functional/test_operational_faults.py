@@ -5,8 +5,10 @@ One project, three `dbt run`s:
 1. every model's first step (and a unique_key that does not hold: refused);
 2. after a source gained a column (one model per on_schema_change value), a source's column
    changed type (refused), a source VACUUMed with retention 0 after updates and deletes (its
-   change feed gone), a source dropped and created again, a source whose change feed was turned
-   off and on, and a source VACUUMed without a VACUUM commit (the read fails; the step is taken
+   change feed gone), a source dropped and created again (and then replaced in place, so that its
+   new log reaches past the version the last step read), a source whose change feed was turned
+   off and on, a dbt `table` model replaced by its run (read across the replacement, no
+   recovery), and a source VACUUMed without a VACUUM commit (the read fails; the step is taken
    again as a recovery): every model either equals its query again (as multisets, the compiled
    SELECT evaluated from scratch) or fails with a message naming the model, the input and the
    fix, its table as it was;
@@ -70,6 +72,10 @@ MODELS: Dict[str, str] = {
     # unique_key
     "uk_good": iv(f"select id, k, v from {src('src_uk')}", unique_key="'id'"),
     "uk_dup": iv(f"select k, v from {src('src_uk')}", unique_key="'k'"),
+    # a dbt `table` model (replaced in place by every run of it) read by two views
+    "up_table": "{{ config(materialized='table') }}\n" + f"select id, k, v from {src('src_uk')}",
+    "up_agg": iv("select k, count(*) as n, sum(v) as total from {{ ref('up_table') }} group by k"),
+    "up_linear": iv("select id, v from {{ ref('up_table') }} where k > 0"),
     # a misspelled config
     "typo": iv(f"select id from {src('src_uk')}", latenes="{'ts': 'INTERVAL 1 HOUR'}"),
 }
@@ -187,6 +193,9 @@ class TestOperationalFaults:
             "(4, 4, 40, timestamp'2024-01-01 12:30:00'), "
             "(5, 5, 50, timestamp'2024-01-01 08:00:00')"
         )  # 5 is below the waterline: late
+        # replaced in place once created again: its new log now reaches past the version the
+        # last step read, with a replacement in between; still another table than that step's
+        run(f"create or replace table {{s}}.recreated {cdf} as select * from {{s}}.recreated")
         run("alter table {s}.cdf set tblproperties (delta.enableChangeDataFeed = false)")
         run("update {s}.cdf set v = 21 where id = 2")
         run("insert into {s}.cdf values (3, 3, 30)")
@@ -255,6 +264,7 @@ class TestOperationalFaults:
                 self.assert_matches_query(project, compiled, name)
         self.assert_matches_query(project, compiled, "vac_downstream")
         assert not any("recovered" in n for n in second["vac_downstream"].adapter_response["notes"])
+        self.assert_read_across_replacement(project, compiled, second, differ=2)
         self.assert_late_model_holds_its_guarantee(project, compiled, late_rows={5})
         recovery = {name: second[name].adapter_response["seconds"] for name in normal}
         self.assert_matches_query(project, compiled, "uk_good")
@@ -274,6 +284,7 @@ class TestOperationalFaults:
         run("alter table {s}.wide set tblproperties ('delta.columnMapping.mode' = 'name')")
         run("alter table {s}.wide drop column v")
         run("insert into {s}.wide values (4, 4)")
+        run("insert into {s}.src_uk values (4, 2, 40)")
 
         third = by_name(run_dbt(["run"], expect_pass=False))
         failed = {name for name, r in third.items() if r.status != "success"}
@@ -290,12 +301,15 @@ class TestOperationalFaults:
             "cdf_linear",
             "silent_linear",
             "uk_good",
+            "up_agg",
+            "up_linear",
         ):
             notes = third[name].adapter_response["notes"]
             assert not any(n.startswith("recovered") for n in notes), (name, notes)
             assert third[name].adapter_response["plan"] == first[name].adapter_response["plan"]
             self.assert_matches_query(project, compiled, name)
         self.assert_late_model_holds_its_guarantee(project, compiled, late_rows={5})
+        self.assert_read_across_replacement(project, compiled, third, differ=1)
         # the input dropped a column: read again from its current version, and the column kept
         # (append_new_columns, NULL in the new row) or dropped (sync_all_columns)
         # (the first commit its change feed cannot be read across: the column mapping switch)
@@ -311,6 +325,19 @@ class TestOperationalFaults:
         self.assert_matches_query(project, compiled, "osc_sync")
         normal = {name: third[name].adapter_response["seconds"] for name in normal}
         print(f"\nrecovery step vs normal step, seconds: {recovery} vs {normal}")
+
+    def assert_read_across_replacement(self, project, compiled, results, differ: int) -> None:
+        """The views over the dbt `table` model read its change feed across the run's
+        CREATE OR REPLACE, netted to the rows that differ (the update of one row: 2; an insert:
+        1), instead of recomputing."""
+        upstream = f"{project.test_schema}.up_table was replaced in place"
+        for name in ("up_agg", "up_linear"):
+            notes = results[name].adapter_response["notes"]
+            assert not any(n.startswith("recovered") for n in notes), (name, notes)
+            assert any(upstream in n for n in notes), (name, notes)
+            self.assert_matches_query(project, compiled, name)
+        notes = results["up_linear"].adapter_response["notes"]
+        assert any(f"{differ} row(s) differ" in n for n in notes), notes
 
     def assert_late_model_holds_its_guarantee(self, project, compiled, late_rows) -> None:
         """rec_late = its query - late inserts + late deletes (docs/steps.md)."""

@@ -60,6 +60,42 @@ def test_another_table_id_or_an_older_version_is_an_input_created_again():
     assert fault([write(4), write(5), write(6)], recorded=None, current="id-2") is None
 
 
+def replace(version: int, cdf: str = "true") -> Commit:
+    props = '{"delta.enableChangeDataFeed":"%s"}' % cdf
+    return Commit(version, "CREATE OR REPLACE TABLE AS SELECT", {"properties": props})
+
+
+def test_a_table_replaced_in_place_is_read_across_only_when_its_log_says_it_is_the_same_table():
+    commits = [write(4), replace(5), write(6)]
+    assert faults.in_place_replacements(3, 6, commits) == [commits[1]]
+    assert faults.in_place_replacements(3, 6, commits[1:]) == []  # a gap in the log
+    assert faults.in_place_replacements(3, 3, []) == []
+    assert faults.in_place_replacements(None, 6, commits) == []
+    then, now = ("id-1", "schema-a"), ("id-3", "schema-a")
+    assert faults.replacement_readable([commits[1]], "id-1", then, now)
+    # the log of a table dropped and created again reached the version the last step read:
+    # its id at that version is another one
+    assert not faults.replacement_readable([commits[1]], "id-1", ("id-9", "schema-a"), now)
+    assert not faults.replacement_readable([commits[1]], "id-1", then, ("id-3", "schema-b"))
+    assert not faults.replacement_readable([replace(5, "false")], "id-1", then, now)
+    assert not faults.replacement_readable(
+        [Commit(5, "CREATE OR REPLACE TABLE")], "id-1", then, now
+    )
+    assert not faults.replacement_readable([commits[1]], "id-1", None, now)  # no checksum file
+    assert not faults.replacement_readable([commits[1]], None, then, now)  # an old record
+    assert not faults.replacement_readable([], "id-1", then, now)
+    # read across: neither the new id nor the replacing commit is a fault
+    readable = faults.history_fault(
+        "demo.src", 3, 6, "id-1", "id-3", commits, replaced_in_place=True
+    )
+    assert readable is None
+    found = fault(commits, current="id-3")
+    assert "dropped or replaced and created again" in found.reason
+    restored = [write(4), Commit(5, "RESTORE"), write(6)]
+    found = faults.history_fault("demo.src", 3, 6, "id-1", "id-1", restored, replaced_in_place=True)
+    assert "replaced at version 5 (RESTORE)" in found.reason
+
+
 def test_missing_commits_are_history_the_log_retention_removed():
     found = fault([write(6)])
     assert "versions 4 to 5" in found.reason and "logRetentionDuration" in found.reason

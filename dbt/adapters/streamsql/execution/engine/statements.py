@@ -220,6 +220,11 @@ def range_predicates(
 # -- the model's change ---------------------------------------------------------------------------
 
 
+def groupable(columns: Sequence[Column]) -> bool:
+    """Whether Spark can GROUP BY these columns (not a map or a variant, nor one nested)."""
+    return not any(re.search(r"\b(map|variant)\b", c.data_type.lower()) for c in columns)
+
+
 def consolidate(change_view: str, columns: Sequence[Column]) -> str:
     """Net weight per distinct row; rows whose changes cancel out disappear."""
     cols = column_list(columns)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.context import StepContext
@@ -151,6 +151,9 @@ class InputChange:
     removals: Optional[int] = None  # of which remove a row (a delete, an update's old row)
     commits: Optional[List[Commit]] = None  # its commits since `before`, as its log has them
     size_bytes: Optional[int] = None  # bytes of data files its commits added and removed
+    # (version, operation) of the commits that replaced the table in place since `before`, when
+    # its change feed is read across them (recovery/faults.py): all its rows out and in again
+    replaced: List[Tuple[int, str]] = field(default_factory=list)
 
 
 def read_changes(
@@ -232,6 +235,11 @@ def bind_inputs(
         else:
             change_sql = sql.input_changes(item.table.name, cols, before, now)
             read = f"the changes of {name} versions {before + 1}..{now}"
+        if change.replaced and sql.groupable(cols):
+            # a replacement's feed is every row out and in again: netted, the rows that differ
+            change_sql = sql.consolidate(f"({change_sql})", cols)
+            read += ", netted (replaced in place)"
+            change.rows = change.removals = None
         counted = change.rows is not None and change.removals is not None
         how = INLINE if counted and reads.get(delta_input(i), 0) <= 1 else MATERIALIZED
         bindings.define(delta_input(i), f"delta_{i}", change_sql, how, role=read)
@@ -240,6 +248,19 @@ def bind_inputs(
             with ctx.role(f"count the changes of {name} versions {before + 1}..{now}"):
                 counts = session.query(sql.count_changes(changed))[0]
             change.rows, change.removals = int(counts["n"]), int(counts["removals"])
+        if change.replaced:
+            result.notes.append(replaced_note(name, change))
         result.changes_read += change.rows or 0
         removals += change.removals or 0
     return removals
+
+
+def replaced_note(name: str, change: InputChange) -> str:
+    """The step line's note on an input whose change was read across its replacement."""
+    versions = ", ".join(
+        f"{operation} at version {version}" for version, operation in change.replaced
+    )
+    return (
+        f"{name} was replaced in place ({versions}): read its change feed across it, "
+        f"{change.rows} row(s) differ"
+    )
