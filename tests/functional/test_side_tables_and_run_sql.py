@@ -3,7 +3,8 @@ location_root, on real Spark.
 
 One project, two steps of a LATENESS model and of an aggregate with LATENESS and WATERMARK whose
 location_root lies outside the warehouse: every one of its tables (model, state, `__late`,
-`__waterline`, `__pending`) is created there. The project overrides `create_late_table` (adding
+`__waterline`, `__pending`) is created there, with the model's storage `tblproperties` (its
+others on the model's table only). The project overrides `create_late_table` (adding
 a table property taken from the model's config): the `__late` table has it, the `__waterline`
 table (default macro) has not. After each `dbt run`, target/run/ holds the statements the step
 sent, each after a comment of its role: exactly the statements dbt.log logs for the model, in
@@ -36,7 +37,9 @@ select id, ts, v from {{ source('raw', 'events') }} where v >= 0
 
 LOCATED = """
 {{ config(materialized='incremental_view', location_root=var('located_root'),
-          lateness={'hour': 'INTERVAL 1 HOUR'}, watermark={'hour': 'INTERVAL 1 HOUR'}) }}
+          lateness={'hour': 'INTERVAL 1 HOUR'}, watermark={'hour': 'INTERVAL 1 HOUR'},
+          tblproperties={'delta.logRetentionDuration': 'interval 45 days',
+                         'streamsql.test.kind': 'located'}) }}
 select date_trunc('hour', ts) as hour, count(*) as n, sum(v) as total
 from {{ source('raw', 'events') }} group by date_trunc('hour', ts)
 """
@@ -174,6 +177,17 @@ class TestSideTableMacrosAndRunSql:
             # DESCRIBE DETAIL's row: its `location` is a file: URI ending with the path
             assert any(str(v).rstrip("/").endswith(wanted) for v in detail), (suffix, detail)
         assert located_root not in str(warehouse)  # a model without it stays in the warehouse
+        # the model's storage properties on every one of its tables, its others on its own only
+        for suffix in suffixes:
+            properties = dict(
+                project.run_sql(f"show tblproperties {schema}.located{suffix}", fetch="all")
+            )
+            assert properties.get("delta.logRetentionDuration") == "interval 45 days", suffix
+            assert ("streamsql.test.kind" in properties) == (suffix == ""), (suffix, properties)
+        state = dict(
+            project.run_sql(f"show tblproperties {schema}.located__streamsql_state", fetch="all")
+        )
+        assert state["delta.enableChangeDataFeed"] == "false"
         hours = project.run_sql(f"select count(*) from {schema}.located", fetch="one")[0]
         assert hours >= 1
 

@@ -12,7 +12,7 @@ import pytest
 
 from dbt.adapters.streamsql.execution import configs
 from dbt.adapters.streamsql.execution.configs import MODEL_CONFIGS, ConfigError
-from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.model import STORAGE_PROPERTIES, ModelSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -141,3 +141,24 @@ def test_the_docs_say_when_each_config_takes_effect_as_declared():
             assert spec.name not in found, spec.name
         else:
             assert found[spec.name].startswith(said[spec.takes_effect]), spec.name
+
+
+def test_only_storage_properties_reach_the_state_and_side_tables():
+    model = ModelSettings(
+        "m",
+        "s",
+        "m",
+        tblproperties={
+            "delta.logRetentionDuration": "interval 90 days",
+            "DELTA.TARGETFILESIZE": "64mb",
+            "delta.enableChangeDataFeed": "false",
+            "delta.appendOnly": "true",
+            "team": "ops",
+        },
+    )
+    assert model.storage_properties == {
+        "delta.logRetentionDuration": "interval 90 days",
+        "DELTA.TARGETFILESIZE": "64mb",
+    }
+    assert ModelSettings("m", "s", "m").storage_properties == {}
+    assert all(name.startswith("delta.") for name in STORAGE_PROPERTIES)

@@ -7,9 +7,29 @@ configs.py); every room reads it, none changes it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.engine import statements as sql
+
+# The Delta table properties that say how a table is stored and how long its history is kept, not
+# what it holds: those of a model's `tblproperties` apply to its state and side tables too
+# (docs/configuration.md, "Table properties"). Delta matches them without regard to case.
+STORAGE_PROPERTIES = (
+    "delta.logRetentionDuration",
+    "delta.deletedFileRetentionDuration",
+    "delta.setTransactionRetentionDuration",
+    "delta.checkpointInterval",
+    "delta.checkpointPolicy",
+    "delta.checkpoint.writeStatsAsJson",
+    "delta.checkpoint.writeStatsAsStruct",
+    "delta.targetFileSize",
+    "delta.tuneFileSizesForRewrites",
+    "delta.autoOptimize.optimizeWrite",
+    "delta.autoOptimize.autoCompact",
+    "delta.randomizeFilePrefixes",
+    "delta.randomPrefixLength",
+)
+_STORAGE = {name.lower() for name in STORAGE_PROPERTIES}
 
 
 @dataclass
@@ -37,6 +57,11 @@ class ModelSettings:
     # change is as large as its inputs (pipeline/plan_choice.py); "incremental": never that;
     # "recompute": always recompute and diff.
     strategy: str = "auto"
+
+    @property
+    def storage_properties(self) -> Dict[str, str]:
+        """The model's `tblproperties` that its state and side tables get too."""
+        return {str(k): str(v) for k, v in self.tblproperties.items() if str(k).lower() in _STORAGE}
 
     def table(self, suffix: str = "") -> str:
         """The quoted name of the model's table, or of one of its side tables."""

@@ -153,7 +153,11 @@ def create_event_time_tables(
                 "WATERMARK held changes",
             )
         )
+    storage = model.storage_properties
     for kind, suffix, columns, what in tables:
+        # the model's storage properties, set after the project's macro made the table (an
+        # override need not know of them); only on a table this statement creates
+        created = replace or bool(storage and not ctx.delta_log.exists(model.table_name(suffix)))
         statement = ctx.side_sql.create_table(
             kind,
             model.schema,
@@ -165,6 +169,9 @@ def create_event_time_tables(
         how = "empty" if replace else "if missing"
         with ctx.role(f"create the {what} {model.table(suffix)}, {how}"):
             ctx.session.run(statement)
+        if storage and created:
+            with ctx.role(f"the model's storage properties on {model.table(suffix)}"):
+                ctx.session.run(sql.set_properties(model.table(suffix), storage))
     pending = model.table_name("__pending")
     if (
         rules.watermark
@@ -187,7 +194,7 @@ def create_state_table(
     location: Optional[str] = None,
 ) -> None:
     """An empty state table for `aggregate`: its state columns and the step that wrote a row;
-    at `location` when the model has a location_root."""
+    at `location` when the model has a location_root, with the model's storage properties."""
     declared = list(aggregate.state_columns)
     if not all(c.data_type for c in declared):  # types the planner could not infer
         unbounded = {bound.name: "true" for bound in aggregate.bounds}
@@ -206,7 +213,7 @@ def create_state_table(
             sql.create_table(
                 table,
                 declared + [Column(sql.STEP, "bigint")],
-                {"delta.enableChangeDataFeed": "false"},
+                {**ctx.model.storage_properties, "delta.enableChangeDataFeed": "false"},
                 location=location,
             )
         )

@@ -525,6 +525,11 @@ def create_table(
     return " ".join(clauses)
 
 
+def set_properties(table: str, properties: Mapping[str, str]) -> str:
+    listed = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    return f"ALTER TABLE {table} SET TBLPROPERTIES ({listed})"
+
+
 def set_conf(key: str, value: str) -> str:
     return f"SET {key}={value}"
 
