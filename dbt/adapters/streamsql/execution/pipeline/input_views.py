@@ -28,7 +28,7 @@ from dbt.adapters.streamsql.execution.pipeline import inputs
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputState, InputUnreadable
 from dbt.adapters.streamsql.planning.binding import input_references, parse_query
 from dbt.adapters.streamsql.planning.plan import DIALECT
-from dbt.adapters.streamsql.planning.references import normalize_table_name, referenced_tables
+from dbt.adapters.streamsql.planning.references import normalize_table_name
 
 # Views of views are inlined this deep at most (a cycle cannot be created in Spark's catalog,
 # but a runaway chain should stop with a message).
@@ -51,10 +51,7 @@ def describe_inputs(ctx: StepContext, compiled_sql: str) -> Tuple[str, List[Inpu
     described: Dict[str, InputState] = {}  # each table read once, however many views inlined
     for _ in range(MAX_DEPTH + 1):
         try:
-            for name in referenced_tables(sql):
-                if name not in described:
-                    described[name] = inputs.describe_input(ctx, name)
-            return sql, [described[name] for name in referenced_tables(sql)]
+            return sql, inputs.describe_inputs(ctx, sql, described)
         except InputUnreadable as unreadable:
             view = view_definition(ctx.session.query, unreadable.name)
             if view is None:

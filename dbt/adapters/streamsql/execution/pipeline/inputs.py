@@ -50,9 +50,18 @@ class InputState:
     properties: Mapping[str, str] = field(default_factory=dict)  # its Delta table properties
 
 
-def describe_inputs(ctx: StepContext, compiled_sql: str) -> List[InputState]:
-    """Every table the model reads, with its columns and current version."""
-    return [describe_input(ctx, name) for name in referenced_tables(compiled_sql)]
+def describe_inputs(
+    ctx: StepContext, compiled_sql: str, described: Optional[Dict[str, InputState]] = None
+) -> List[InputState]:
+    """Every table the model reads, with its columns and current version. `described`: tables
+    described already (input_views.py: each table once, however many views it inlines), kept
+    up to date with those this call describes."""
+    found = {} if described is None else described
+    names = referenced_tables(compiled_sql)
+    for name in names:
+        if name not in found:
+            found[name] = describe_input(ctx, name)
+    return [found[name] for name in names]
 
 
 class InputUnreadable(StepError):
