@@ -53,10 +53,15 @@ def group_columns(aggregate: AggregatePlan) -> List[Column]:
 
 
 def state_before(table: str, step: int, aggregate: AggregatePlan) -> str:
-    """The SELECT of an aggregate's whole state as of step `step` (the steps' rows up to it)."""
-    return sql.latest_state(
+    """The SELECT of an aggregate's whole state as of step `step` (the steps' rows up to it).
+
+    Before the first step (`step` 0) the state is empty: a filter that is always false, which
+    Spark's optimizer folds into an empty relation, so no statement reads the state table (the
+    first read of a table costs a Spark job to list its files, even of an empty one)."""
+    state = sql.latest_state(
         sql.state_through(table, step), group_columns(aggregate), aggregate.state_columns
     )
+    return state if step > 0 else f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE false"
 
 
 def changed_groups(
@@ -68,13 +73,14 @@ def changed_groups(
     inserts_only: bool,
     lateness: Sequence[late.LatenessRule] = (),
     waterline: Optional[Mapping[str, Optional[str]]] = None,
+    state_empty: bool = False,
 ) -> ChangedGroups:
     """Group delta, state before the step, and the old and new state of changed groups.
 
     `state` is the SELECT of the whole state before the step (`state_before`); only the part
     the changed groups' key ranges reach is read, narrowed further by the LATENESS rules whose
     column the group decides (`final_group_bounds`). `first_step`, `inserts_only`: the step's
-    (step_state.py).
+    (step_state.py). `state_empty`: `state` is the empty state before a first step.
     """
     delta_sql = aggregate.delta_sql
     # The form without older versions has negative terms even for inserts, which a MIN/MAX
@@ -124,10 +130,16 @@ def changed_groups(
     state = inline(state)
     # The changed groups' state before the step, read from the state table once: the new
     # state and the output change both start from it (each read the table again before).
-    old = ctx.views.materialize(
-        f"{label}groups_old",
-        sql.previous_groups(state, group_delta, group_columns(aggregate)),
-        f"{who}: the state of the changed groups before the step",
+    # Before the first step it is empty (state_before): nothing to read.
+    old_groups = sql.previous_groups(state, group_delta, group_columns(aggregate))
+    old = (
+        inline(old_groups)
+        if state_empty
+        else ctx.views.materialize(
+            f"{label}groups_old",
+            old_groups,
+            f"{who}: the state of the changed groups before the step",
+        )
     )
     local = {GROUP_DELTA: group_delta, STATE: old}
     combine = aggregate.combine_sql

@@ -79,7 +79,15 @@ def stage_change(ctx: StepContext, step: StepState, stage: StagePlan) -> Tuple[i
     aggregate, label, position = stage.aggregate, f"{stage.name}_", stage.position
     table, previous = ctx.model.stage_table(stage.name), step.previous
     state = state_before(table, previous.step, aggregate)
-    groups = changed_groups(ctx, label, aggregate, state, step.first_step, step.inserts_only)
+    groups = changed_groups(
+        ctx,
+        label,
+        aggregate,
+        state,
+        step.first_step,
+        step.inserts_only,
+        state_empty=previous.step == 0,
+    )
     net = output_change(ctx, label, aggregate, groups, stage.columns)
     # The stage's whole result, before and after the step: what reads it may need any group.
     # Temporary views, not inline: Spark's optimizer fails on some queries that read the union
@@ -193,6 +201,7 @@ def aggregate_change(
         step.inserts_only,
         lateness,
         previous.waterline,
+        state_empty=previous.step == 0,
     )
     # The table starts empty, even where the query's old output is not (a global aggregate
     # has one row over no input): on the first step there is nothing to delete.
