@@ -1,12 +1,13 @@
 """WATERMARK (docs/lateness-and-watermark.md): held changes, release, LATENESS after release,
-flush."""
+flush; the same with `strategy: recompute`, whose steps recompute the query and must neither hold
+nor quarantine again what earlier steps held or quarantined."""
 
 import pytest
 from dbt.tests.util import run_dbt
 
 MODEL = """
 {{ config(materialized='incremental_view', watermark={'seq': '10'},
-          lateness={'seq': '5'}) }}
+          lateness={'seq': '5'}, strategy=var('strategy', 'auto')) }}
 select seq, label from {{ var('source') }}
 """
 
@@ -26,8 +27,15 @@ class TestWatermark:
     def models(self):
         return {"ticks_view.sql": MODEL}
 
+    strategy = "auto"
+
     def step(self, project, source):
-        return run_dbt(["run", "--vars", f"{{source: {source}}}"])[0].adapter_response
+        variables = f"{{source: {source}, strategy: {self.strategy}}}"
+        response = run_dbt(["run", "--vars", variables])[0].adapter_response
+        if response["step"] > 0 and not response.get("skipped"):
+            wanted = "recompute" if self.strategy == "recompute" else "linear"
+            assert response["computed"] == wanted, response
+        return response
 
     def test_hold_release_and_flush(self, project, source):
         schema = project.test_schema
@@ -74,3 +82,22 @@ class TestWatermark:
             f"select count(*) from {schema}.ticks_view__pending "
             f"where _streamsql_released_step is null",
         ) == [(0,)]
+
+        # after the flush, a step: 140 is held, nothing that was held or late comes back
+        project.run_sql(f"insert into {source} values (140, 'e')")
+        fifth = self.step(project, source)
+        assert fifth["held"] == 1 and fifth["late"] == 0 and fifth["applied"] == 0, fifth
+        assert _rows(project, f"select seq from {view}") == [(100,), (105,), (112,), (130,)]
+        assert _rows(project, f"select seq, _streamsql_step from {schema}.ticks_view__late") == [
+            (90, 4)
+        ]
+        assert _rows(
+            project,
+            f"select seq from {schema}.ticks_view__pending where _streamsql_released_step is null",
+        ) == [(140,)]
+
+
+class TestWatermarkRecompute(TestWatermark):
+    """The same steps, each a recompute of the query (`strategy: recompute`)."""
+
+    strategy = "recompute"

@@ -12,7 +12,7 @@ step's `StepWrites` and written by the commit protocol (commit/protocol.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit.writes import HeldWrite, QuarantineWrite
 from dbt.adapters.streamsql.execution.context import StepContext
@@ -22,7 +22,7 @@ from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.step_state import StepState
-from dbt.adapters.streamsql.planning.plan import Column
+from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 
 @dataclass
@@ -158,3 +158,40 @@ def apply_lateness(
     return ctx.views.view(
         "on_time", late.on_time(classified, columns), "LATENESS: the changes on time"
     )
+
+
+def held_back_rows(
+    ctx: StepContext, columns: Sequence[Column], written: Sequence[Column], step: int
+) -> Tuple[Optional[str], Optional[str]]:
+    """What LATENESS set aside (`__late`) and what WATERMARK holds (`__pending`) as of step
+    `step`, as changes with weights: the model's table minus these is the model's query as of
+    that step (docs/steps.md, the guarantee), so a change computed as the query minus the table
+    adds them back, and they must be taken out again (a recompute would otherwise hold or
+    quarantine them a second time). (late rows, held rows); None where the table is not there.
+    Each has `columns`, those not in the side tables (not `written`: on_schema_change 'ignore')
+    NULL."""
+    kept = {c.name.lower() for c in written}
+    cols = ", ".join(
+        sql.quote(c.name)
+        if c.name.lower() in kept
+        else f"CAST(NULL AS {c.data_type}) AS {sql.quote(c.name)}"
+        for c in columns
+    )
+    model, found = ctx.model, []
+    if ctx.delta_log.exists(model.table_name("__late")):
+        found.append(
+            f"SELECT {cols}, CAST(CASE WHEN _streamsql_change = 'insert' THEN -1 ELSE 1 END "
+            f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} "
+            f"WHERE _streamsql_step <= {step}"
+        )
+    else:
+        found.append(None)
+    if ctx.delta_log.exists(model.table_name("__pending")):
+        found.append(
+            f"SELECT {cols}, -{WEIGHT} AS {WEIGHT} FROM {model.pending_table} "
+            f"WHERE {wm.HELD_STEP} <= {step} "
+            f"AND ({wm.RELEASED_STEP} IS NULL OR {wm.RELEASED_STEP} > {step})"
+        )
+    else:
+        found.append(None)
+    return found[0], found[1]

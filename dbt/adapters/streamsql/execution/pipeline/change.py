@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import reduce
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite
 from dbt.adapters.streamsql.execution.context import StepContext
@@ -24,6 +24,7 @@ from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
 from dbt.adapters.streamsql.execution.event_time import emit_final as emit
 from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
 from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
     changed_groups,
     group_columns,
@@ -162,8 +163,18 @@ def with_reads(role: str, reads: str) -> str:
     return f"{role}, from {reads}" if reads else role
 
 
-def recompute_change(ctx: StepContext, step: StepState, plan: StepPlan) -> ModelChange:
-    """The query over the new inputs (+1) and the model's table before the step (-1), netted."""
+def recompute_change(
+    ctx: StepContext,
+    step: StepState,
+    plan: StepPlan,
+    written: Optional[Sequence[Column]] = None,
+) -> ModelChange:
+    """The query over the new inputs (+1) and the model's table before the step (-1), netted.
+
+    `written`: the columns the step writes, when the table is only the query minus what
+    LATENESS set aside and WATERMARK holds (event_time/rules.py `held_back_rows`): those are
+    taken out of the change too, so that a recompute neither holds nor quarantines them again.
+    None: `plan` accounts for them already (a recovery's, lost_history.recovery_sql)."""
     version = ctx.target_version
     if version is None:
         version = ctx.latest_version(ctx.model.target_name)
@@ -173,7 +184,14 @@ def recompute_change(ctx: StepContext, step: StepState, plan: StepPlan) -> Model
         sql.input_as_of(ctx.model.target, version),
         role=f"the model's table as of version {version}",
     )
-    change = inline(ctx.bindings.bind(plan.change_sql or ""))
+    change_sql = ctx.bindings.bind(plan.change_sql or "")
+    if written is not None:
+        held = held_back_rows(ctx, plan.output_columns, written, step.previous.step)
+        if any(held):
+            cols = sql.column_list(plan.output_columns)
+            parts = [f"SELECT {cols}, {WEIGHT} FROM ({change_sql})"] + [h for h in held if h]
+            change_sql = "\nUNION ALL\n".join(parts)
+    change = inline(change_sql)
     return model_net(
         ctx,
         step,

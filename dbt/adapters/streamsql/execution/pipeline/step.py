@@ -289,7 +289,9 @@ def compute_step(
     elif plan.strategy == "linear":
         model_change = change.linear_change(ctx, step, plan)
     else:
-        model_change = change.recompute_change(ctx, step, plan)
+        # a recovery's plan takes out what LATENESS and WATERMARK set aside already
+        written = adjusted.columns if adjusted.original is None else None
+        model_change = change.recompute_change(ctx, step, plan, written)
 
     model_change = recovery.finish(ctx, step, adjusted, model_change)
     if rules.watermark or rules.lateness:

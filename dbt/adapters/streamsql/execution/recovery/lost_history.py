@@ -41,7 +41,7 @@ from dbt.adapters.streamsql.execution.engine.views import inline
 from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.event_time import emit_final as emit
 from dbt.adapters.streamsql.execution.event_time import lateness as late
-from dbt.adapters.streamsql.execution.event_time import watermark as wm
+from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
 from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
     ChangedGroups,
     changed_groups,
@@ -374,24 +374,11 @@ def recovery_sql(
     # under 'ignore' the table lacks the query's new columns, which the step does not write
     recompute = pad_target(recompute, columns, plan.output_columns)
     cols = sql.column_list(columns)
-    parts = [f"SELECT {cols}, {WEIGHT} FROM ({recompute})"]
-    model, previous = ctx.model, step.previous
-    if ctx.delta_log.exists(model.table_name("__late")):
-        parts.append(
-            f"SELECT {cols}, CAST(CASE WHEN _streamsql_change = 'insert' THEN -1 ELSE 1 END "
-            f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} "
-            f"WHERE _streamsql_step <= {previous.step}"
-        )
+    previous = step.previous
+    late_rows, held_rows = held_back_rows(ctx, columns, columns, previous.step)
     unemitted = emit_final_rows(ctx, plan, columns, previous)
-    if unemitted:
-        parts.append(unemitted)
-    if ctx.delta_log.exists(model.table_name("__pending")):
-        parts.append(
-            f"SELECT {cols}, -{WEIGHT} AS {WEIGHT} FROM {model.pending_table} "
-            f"WHERE {wm.HELD_STEP} <= {previous.step} "
-            f"AND ({wm.RELEASED_STEP} IS NULL OR {wm.RELEASED_STEP} > {previous.step})"
-        )
-    return "\nUNION ALL\n".join(parts)
+    parts = [f"SELECT {cols}, {WEIGHT} FROM ({recompute})", late_rows, unemitted, held_rows]
+    return "\nUNION ALL\n".join(part for part in parts if part)
 
 
 def emit_final_rows(
