@@ -26,16 +26,10 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.streamsql.execution.configs import MODEL_CONFIGS
 from tests.functional.test_incremental_view_basics import by_name
+from tests.functional.test_side_tables_and_run_sql import SOURCES
 
 ROUTES = ("project", "config")  # dbt_project.yml's models are <model>_p, config()'s <model>_c
 
-SOURCES = """
-version: 2
-sources:
-  - name: raw
-    schema: "{{ target.schema }}"
-    tables: [{name: events}]
-"""
 
 QUERIES = {
     "lin": "select * from {{ source('raw', 'events') }}",

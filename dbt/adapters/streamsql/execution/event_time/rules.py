@@ -177,21 +177,17 @@ def held_back_rows(
         else f"CAST(NULL AS {c.data_type}) AS {sql.quote(c.name)}"
         for c in columns
     )
-    model, found = ctx.model, []
+    model = ctx.model
+    late_rows = held_rows = None
     if ctx.delta_log.exists(model.table_name("__late")):
-        found.append(
+        late_rows = (
             f"SELECT {cols}, CAST(CASE WHEN _streamsql_change = 'insert' THEN -1 ELSE 1 END "
-            f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} "
-            f"WHERE _streamsql_step <= {step}"
+            f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} WHERE _streamsql_step <= {step}"
         )
-    else:
-        found.append(None)
     if ctx.delta_log.exists(model.table_name("__pending")):
-        found.append(
+        held_rows = (
             f"SELECT {cols}, -{WEIGHT} AS {WEIGHT} FROM {model.pending_table} "
             f"WHERE {wm.HELD_STEP} <= {step} "
             f"AND ({wm.RELEASED_STEP} IS NULL OR {wm.RELEASED_STEP} > {step})"
         )
-    else:
-        found.append(None)
-    return found[0], found[1]
+    return late_rows, held_rows
