@@ -102,7 +102,7 @@ def history_fault(
 
     `recorded_id`, `current_id`: the input's Delta table id then and now (None: unknown);
     `commits`: the input's commits after `before` up to `now`, as its log has them;
-    `replaced_in_place`: `in_place_replacement` found the table's replacements since `before`
+    `replaced_in_place`: `replacement_readable` found the table's replacements since `before`
     readable, so neither its new id nor those commits are a fault.
     """
     if before is None:
@@ -296,7 +296,8 @@ def log_identities(
     ctx: StepContext, name: str, versions: Sequence[int]
 ) -> Dict[int, Tuple[str, str]]:
     """(table id, schema) of table `name` at each of `versions`, from the checksum files Delta
-    writes beside each commit (one Spark job); a version without one is left out."""
+    writes beside each commit (a DESCRIBE DETAIL for the table's location, then one small read
+    per version); a version without one is left out."""
     try:
         location = str(ctx.session.query(f"DESCRIBE DETAIL {quoted(name)}")[0]["location"])
     except Exception:
