@@ -49,6 +49,12 @@ MODELS: Dict[str, str] = {
     "osc_fail": iv(f"select * from {src('wide')}", on_schema_change="'fail'"),
     "osc_append": iv(f"select * from {src('wide')}", on_schema_change="'append_new_columns'"),
     "osc_sync": iv(f"select * from {src('wide')}", on_schema_change="'sync_all_columns'"),
+    # a step refused (unique_key) after append_new_columns altered its table, then taken again
+    "osc_unique": iv(
+        f"select * from {src('wide')}",
+        on_schema_change="'append_new_columns'",
+        unique_key="'id'",
+    ),
     "typed_star": iv(f"select * from {src('typed')}"),
     # VACUUM with retention 0: linear, aggregate, staged, and a model that reads a recovered one
     "vac_linear": iv(f"select id, k, v * 2 as v2 from {src('vac')} where v is not null"),
@@ -175,6 +181,7 @@ class TestOperationalFaults:
         run("alter table {s}.wide add columns (c int)")
         run("insert into {s}.wide values (3, 30, 3)")
         run("update {s}.wide set c = 1 where id = 1")
+        run("insert into {s}.wide values (2, 99, 9)")  # id 2 twice: osc_unique refuses
         run(
             "create or replace table {s}.typed (id int, x bigint) "
             "tblproperties ('delta.enableChangeDataFeed' = 'true')"
@@ -209,9 +216,20 @@ class TestOperationalFaults:
         # -- 2. the step after them -------------------------------------------------------------
         second = by_name(run_dbt(["run"], expect_pass=False))
         failed = {name for name, r in second.items() if r.status != "success"}
-        assert failed == {"osc_fail", "typed_star", "rec_nondet", "uk_dup"}, {
+        assert failed == {"osc_fail", "osc_unique", "typed_star", "rec_nondet", "uk_dup"}, {
             n: second[n].message for n in failed
         }
+        unique = second["osc_unique"].message
+        assert "Model osc_unique: unique_key (id) would not be unique after step 2" in unique
+        # the refusal comes after the column was added, and says so
+        assert (
+            "Nothing was changed but the model's columns: on_schema_change "
+            "'append_new_columns' added c (NULL in its rows)" in unique
+        ), unique
+        assert self.columns(project, "osc_unique") == ["id", "v", "c"]
+        assert (
+            self.sql(project, "select count(*) from {s}.osc_unique where c is not null")[0][0] == 0
+        )
         fail = second["osc_fail"].message
         assert (
             "Model osc_fail: its query's columns changed since step 1 (added: c int (from "
@@ -276,6 +294,7 @@ class TestOperationalFaults:
         assert sorted(r[0] for r in feed) == ["update_postimage", "update_preimage"]
 
         # -- 3. ordinary changes, and a dropped source column -------------------------------------
+        run("delete from {s}.wide where v = 99")  # osc_unique's key holds again
         run("insert into {s}.vac values (7, 1, 70)")
         run("delete from {s}.vac where id = 2")
         run("insert into {s}.recreated values (6, 6, 60, timestamp'2024-01-01 13:00:00')")
@@ -323,6 +342,9 @@ class TestOperationalFaults:
         assert sorted(kept, key=lambda r: r[0]) == [(1, 10), (2, 20), (3, 30), (4, None)]
         assert self.columns(project, "osc_sync") == ["id", "c"]
         self.assert_matches_query(project, compiled, "osc_sync")
+        # the refused step taken again over the table its refusal left altered
+        assert self.columns(project, "osc_unique") == ["id", "v", "c"]
+        self.assert_matches_query(project, compiled, "osc_unique", columns=["id", "c"])
         normal = {name: third[name].adapter_response["seconds"] for name in normal}
         print(f"\nrecovery step vs normal step, seconds: {recovery} vs {normal}")
 

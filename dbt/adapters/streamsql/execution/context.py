@@ -39,6 +39,9 @@ class StepContext:
     small: bool = False
     # The views the model reads, whose queries the step plans with (input_views.py).
     views_read: List[str] = field(default_factory=list)
+    # What on_schema_change altered in the model's tables this step (recovery/schema.py), for a
+    # refusal after it to say: the next step finds the tables altered and goes on from there.
+    altered: str = ""
     views: StepViews = field(init=False)
     bindings: Bindings = field(init=False)
     delta_log: DeltaLogReader = field(init=False)
@@ -67,6 +70,15 @@ class StepContext:
         wanted = os.environ.get(FAULT_INJECTION_ENV)
         if wanted and wanted == point:
             raise InjectedFault(f"injected fault at {point} (step of {self.model.name})")
+
+    def nothing_changed(self) -> str:
+        """The sentence of a refusal that says what the refused step left behind."""
+        if not self.altered:
+            return "Nothing was changed."
+        return (
+            f"Nothing was changed but the model's columns: {self.altered}, and the next step "
+            "keeps that."
+        )
 
     def latest_version(self, table: str) -> int:
         return self.delta_log.version(table)

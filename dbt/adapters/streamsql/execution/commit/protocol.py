@@ -120,7 +120,7 @@ def commit_step(
     if ctx.model.append_only and result.deleted:
         raise StepError(
             f"Model {ctx.model.name} is configured append_only, but step {record.step} "
-            f"would delete or update {result.deleted} row(s) of it. Nothing was changed. "
+            f"would delete or update {result.deleted} row(s) of it. {ctx.nothing_changed()} "
             "Remove `append_only` from the model's config if its result can shrink, or find "
             "the input update/delete that caused this."
         )

@@ -105,6 +105,6 @@ def check_unique(
         raise StepError(
             f"Model {ctx.model.name}: unique_key ({', '.join(c.name for c in keys)}) would not "
             f"be unique after step {step}: the model would hold {row['n']} rows with {value}. "
-            f"Nothing was changed. The model's query gives several rows for that key: fix the "
+            f"{ctx.nothing_changed()} The model's query gives several rows for that key: fix the "
             f"inputs or the query, or remove unique_key."
         )

@@ -159,25 +159,46 @@ def apply(ctx: StepContext, change: Optional[SchemaChange], plan: StepPlan) -> N
         for suffix in ("__late", "__pending")
         if ctx.delta_log.exists(model.table_name(suffix))
     ]
+    # Against each table's columns now, not the record's: a step refused after this ran (by
+    # append_only or unique_key), or killed before its commit, left them altered already.
+    have = {
+        name: {c.name.lower() for c in ctx.delta_log.snapshot(name).columns} for _, name in tables
+    }
     if change.added:
         ctx.log(
             f"{model.name}: on_schema_change '{change.mode}': adding column(s) "
             f"{names(change.added)}"
         )
-        for table, _ in tables:
-            ctx.session.run(add_columns(table, change.added))
+        for table, name in tables:
+            missing = [c for c in change.added if c.name.lower() not in have[name]]
+            if missing:
+                ctx.session.run(add_columns(table, missing))
     if change.removed and change.mode == "sync_all_columns":
         ctx.log(
             f"{model.name}: on_schema_change 'sync_all_columns': dropping column(s) "
             f"{names(change.removed)}"
         )
         for table, name in tables:
+            present = [c for c in change.removed if c.name.lower() in have[name]]
+            if not present:
+                continue
             if ctx.delta_log.snapshot(name).properties.get(COLUMN_MAPPING, "none") == "none":
                 ctx.session.run(
                     f"ALTER TABLE {table} SET TBLPROPERTIES ('{COLUMN_MAPPING}' = 'name')"
                 )
-            ctx.session.run(drop_columns(table, change.removed))
+            ctx.session.run(drop_columns(table, present))
+    ctx.altered = describe_altered(change)
     ctx.target_version = ctx.latest_version(model.target_name)
+
+
+def describe_altered(change: SchemaChange) -> str:
+    """What `apply` did to the model's tables, for a refusal that comes after it."""
+    parts = []
+    if change.added:
+        parts.append(f"added {names(change.added)} (NULL in its rows)")
+    if change.removed and change.mode == "sync_all_columns":
+        parts.append(f"dropped {names(change.removed)}")
+    return f"on_schema_change '{change.mode}' " + " and ".join(parts) if parts else ""
 
 
 def check_state_layout(ctx: StepContext, change: SchemaChange, plan: StepPlan) -> None:
