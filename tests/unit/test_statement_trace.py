@@ -230,6 +230,8 @@ class EmbeddedSpark:
             unset=lambda key: self.calls.append(f"unset {key}"),
             getAll=dict(settings or {}),  # a property: the session's own settings
         )
+        # one key of them (in this process, the step reads only the keys it sets)
+        self.conf.get = lambda key, default: self.conf.getAll.get(key, default)
         self.catalog = SimpleNamespace(dropTempView=lambda name: self.calls.append(f"drop {name}"))
 
 

@@ -23,7 +23,7 @@ from dbt.adapters.streamsql.execution.engine.delta_log import (
     SqlDeltaLog,
     TableSnapshot,
     ask_catalog,
-    plain_parameter,
+    commit_from_info,
     quoted,
 )
 from dbt.adapters.streamsql.planning.plan import Column
@@ -194,13 +194,4 @@ class FileDeltaLog:
                     return None
         except OSError:  # removed by the log's retention, as DESCRIBE HISTORY would not show it
             return None
-        return Commit(
-            version,
-            str(info.get("operation") or ""),
-            {
-                str(k): plain_parameter(v)
-                for k, v in (info.get("operationParameters") or {}).items()
-            },
-            {str(k): str(v) for k, v in (info.get("operationMetrics") or {}).items()},
-            info.get("userMetadata"),
-        )
+        return commit_from_info(version, info)

@@ -203,6 +203,17 @@ def quoted(name: str) -> str:
     return ".".join("`" + part.replace("`", "``") + "`" for part in name_parts(name))
 
 
+def commit_from_info(version: int, info: Dict[str, Any]) -> Commit:
+    """A commit from its commitInfo action as the log's JSON has it."""
+    return Commit(
+        version,
+        str(info.get("operation") or ""),
+        {str(k): plain_parameter(v) for k, v in (info.get("operationParameters") or {}).items()},
+        {str(k): str(v) for k, v in (info.get("operationMetrics") or {}).items()},
+        info.get("userMetadata"),
+    )
+
+
 def plain_parameter(value: Any) -> str:
     """Commit parameters are stored as JSON values ("Append" with its quotes); plain text here."""
     text = str(value)
@@ -308,11 +319,28 @@ class JvmDeltaLog:
         self.spark = spark
         self.fallback = fallback
         self.jvm = spark._jvm
+        self._handles: Optional[Dict[str, Any]] = None
+
+    @property
+    def handles(self) -> Dict[str, Any]:
+        """The JVM classes and objects the reader calls, looked up once: py4j resolves
+        `jvm.org.apache.spark...` a package at a time, a round trip each."""
+        if self._handles is None:
+            jvm = self.jvm
+            option = jvm.scala.Option
+            self._handles = {
+                "catalog": self.spark._jsparkSession.catalog(),
+                "option": option,
+                "none": option.empty(),
+                "identifier": jvm.org.apache.spark.sql.catalyst.TableIdentifier,
+                "delta_log": jvm.org.apache.spark.sql.delta.DeltaLog,
+            }
+        return self._handles
 
     def exists(self, name: str) -> bool:
         schema, table = name_parts(name)
         try:
-            return bool(self.spark._jsparkSession.catalog().tableExists(schema, table))
+            return bool(self.handles["catalog"].tableExists(schema, table))
         except Exception as exc:
             return self._fall_back("exists", exc, lambda: self.fallback.exists(name))
 
@@ -334,7 +362,7 @@ class JvmDeltaLog:
         """
         try:
             snapshot = self._current(name)
-            metadata = snapshot.metadata()
+            metadata = json.loads(snapshot.metadata().json())["metaData"]  # one call
             schema = snapshot.schema()
             fields = [schema.apply(i) for i in range(schema.length())]
             columns = tuple(Column(f.name(), f.dataType().catalogString()) for f in fields)
@@ -342,8 +370,8 @@ class JvmDeltaLog:
             size = int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None
             return TableSnapshot(
                 int(snapshot.version()),
-                str(metadata.id()),
-                self._dict(metadata.configuration()),
+                str(metadata["id"]),
+                {str(k): str(v) for k, v in (metadata.get("configuration") or {}).items()},
                 columns,
                 size,
             )
@@ -387,16 +415,12 @@ class JvmDeltaLog:
 
     def _delta_log(self, name: str) -> Any:
         schema, table = name_parts(name)
-        jvm = self.jvm
-        if not self.spark._jsparkSession.catalog().tableExists(schema, table):
+        handles = self.handles
+        if not handles["catalog"].tableExists(schema, table):
             raise TableMissing(f"{name} not found")
-        identifier = jvm.org.apache.spark.sql.catalyst.TableIdentifier(
-            table, jvm.scala.Option.apply(schema)
-        )
+        identifier = handles["identifier"](table, handles["option"].apply(schema))
         try:
-            return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-                self.spark._jsparkSession, identifier
-            )
+            return handles["delta_log"].forTable(self.spark._jsparkSession, identifier)
         except Exception as exc:
             if "did not specify locationUri" in str(exc):  # a view
                 raise TableMissing(str(exc)) from exc
@@ -406,7 +430,7 @@ class JvmDeltaLog:
         return self._update(self._delta_log(name), name)
 
     def _update(self, delta_log: Any, name: str) -> Any:
-        none = self.jvm.scala.Option.empty()
+        none = self.handles["none"]
         snapshot = delta_log.update(False, none, none)
         if int(snapshot.version()) < 0:
             raise NotDeltaTable(f"{name} is not a Delta table")
@@ -414,7 +438,7 @@ class JvmDeltaLog:
 
     def _commit_infos(self, delta_log: Any, first: int) -> Iterator[Tuple[int, Any]]:
         """(version, commit info) of every commit from `first` on, oldest first."""
-        changes = delta_log.getChanges(first, self.jvm.scala.Option.empty(), False)
+        changes = delta_log.getChanges(first, self.handles["none"], False)
         while changes.hasNext():
             pair = changes.next()
             actions = pair._2().iterator()
@@ -425,19 +449,9 @@ class JvmDeltaLog:
                     break
 
     def _commit(self, version: int, info: Any) -> Commit:
-        metrics = info.operationMetrics()
-        user_metadata = info.userMetadata()
-        return Commit(
-            version,
-            str(info.operation()),
-            {k: plain_parameter(v) for k, v in self._dict(info.operationParameters()).items()},
-            self._dict(metrics.get()) if metrics.isDefined() else {},
-            str(user_metadata.get()) if user_metadata.isDefined() else None,
-        )
-
-    def _dict(self, scala_map: Any) -> Dict[str, str]:
-        converted = self.jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map)
-        return {str(k): str(v) for k, v in dict(converted).items()}
+        # as the JSON of the log's commitInfo line: one call, where its maps would cross py4j
+        # an entry at a time
+        return commit_from_info(version, json.loads(info.json())["commitInfo"])
 
     def _fall_back(self, question: str, error: Exception, ask: Any) -> Any:
         logger.debug(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Set, Tuple
 
 from dbt.adapters.events.types import SQLQuery, SQLQueryStatus
 from dbt_common.events.contextvars import get_node_info
@@ -135,6 +135,8 @@ class AdapterSqlSession:
         self.trace = StatementTrace()
         self._checkpoints: Dict[str, Any] = {}  # view name -> its checkpointed DataFrame
         self._confs_before: Optional[Dict[str, str]] = None  # _settings_before
+        # the keys _confs_before knows, set or not (None: all of them)
+        self._confs_read: Optional[Set[str]] = set()
 
     def query(self, statement: str) -> List[Dict[str, Any]]:
         spark = self._embedded_spark()
@@ -242,7 +244,7 @@ class AdapterSqlSession:
             text = ";\n".join(set_conf(key, value) for key, value in settings)
 
             def apply() -> None:
-                self._settings_before(spark)
+                self._settings_before(spark, [key for key, _ in settings])
                 write_confs(spark, settings, [])
 
             self._embedded(text, apply)
@@ -259,7 +261,7 @@ class AdapterSqlSession:
             text = ";\n".join(reset_conf(key) for key in keys)
 
             def restore() -> None:
-                before = self._settings_before(spark)
+                before = self._settings_before(spark, keys)
                 write_confs(
                     spark,
                     [(key, before[key]) for key in keys if key in before],
@@ -268,10 +270,23 @@ class AdapterSqlSession:
 
             self._embedded(text, restore)
 
-    def _settings_before(self, spark: Any) -> Dict[str, str]:
-        """The session's settings before this step changed any (read once: one call)."""
+    def _settings_before(self, spark: Any, keys: Sequence[str]) -> Dict[str, str]:
+        """The session's settings of `keys` before this step changed any (each key read the
+        first time the step sets it; a key set in none: absent). In this process one call per
+        key: Spark's whole conf crosses py4j an entry at a time (over 150 calls); over Spark
+        Connect all of them in one request."""
         if self._confs_before is None:
-            self._confs_before = dict(spark.conf.getAll)
+            self._confs_before = {}
+            if is_connect_session(spark):
+                self._confs_before = dict(spark.conf.getAll)
+                self._confs_read = None  # every key: those absent are not set
+        if self._confs_read is not None:
+            for key in keys:
+                if key not in self._confs_read:
+                    self._confs_read.add(key)
+                    value = spark.conf.get(key, None)
+                    if value is not None:
+                        self._confs_before[key] = value
         return self._confs_before
 
     def _embedded(self, logged: str, action: Callable[[], Any]) -> None:
