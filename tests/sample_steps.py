@@ -7,9 +7,9 @@ Copies sample_project/ to DIR/project (the sample is read, never written), write
 with the given target, and drives dbt in this one process (dbtRunner, so an embedded session
 starts its JVM once): create the source tables, then per step append one batch of generated
 events (`generate_step`) and `dbt run`. Optionally `dbt test` after the last step. Writes JSON
-with each step's wall time, each model's time and counts from the run results, and every
-model's rows (and its `__late` quarantine's) as canonical JSON strings, so runs through different
-Spark deployments can be compared as multisets.
+with each step's wall time, each model's time and counts from the run results, and with
+`--contents` every model's rows (and its `__late` quarantine's) as canonical JSON strings, so runs
+through different Spark deployments can be compared as multisets (a `dbt show` per table).
 """
 
 from __future__ import annotations
@@ -186,12 +186,13 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         report["tests"] = {item.node.name: str(item.status) for item in result.result.results}
         report["test_seconds"] = round(time.monotonic() - clock, 1)
 
-    contents: Dict[str, List[str]] = {}
-    for model in driver.models():
-        contents[model.name] = driver.contents(model)
-        if model.config.get("lateness"):
-            contents[f"{model.name}__late"] = driver.contents(model, "__late")
-    report["contents"] = contents
+    if args.contents:
+        contents: Dict[str, List[str]] = {}
+        for model in driver.models():
+            contents[model.name] = driver.contents(model)
+            if model.config.get("lateness"):
+                contents[f"{model.name}__late"] = driver.contents(model, "__late")
+        report["contents"] = contents
     report["total_seconds"] = round(time.monotonic() - started, 1)
     return report
 
@@ -203,6 +204,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--rate", type=int, default=50)
     parser.add_argument("--test", action="store_true", help="run `dbt test` after the last step")
+    parser.add_argument(
+        "--contents", action="store_true", help="report every model's rows (a dbt show each)"
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     report = run(args)

@@ -154,9 +154,8 @@ def test_sample_project_on_a_cluster_and_two_runs_at_once_over_thrift(cluster, t
     assert sum(name.startswith("matches_recompute_") for name in report["tests"]) == len(
         SAMPLE_PLANS
     ), sorted(report["tests"])
-    contents = report["contents"]
-    assert set(contents) >= set(SAMPLE_PLANS) | {"stg_purchases__late"}, sorted(contents)
-    assert all(contents[name] for name in ("stg_purchases", "stg_sensors", "orders_enriched"))
+    for name in ("stg_purchases", "stg_sensors", "orders_enriched"):  # rows reached them
+        assert sum(s["models"][name]["applied"] or 0 for s in report["steps"]) > 0, name
     for step in report["steps"]:
         plans = {name: model["plan"] for name, model in step["models"].items()}
         assert plans == SAMPLE_PLANS, (step["step"], plans)
