@@ -21,7 +21,12 @@ import sqlglot
 from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.engine.delta_log import SqlDeltaLog
-from dbt.adapters.streamsql.execution.engine.sql_session import checkpoint_text, measured
+from dbt.adapters.streamsql.execution.engine.sql_session import (
+    LaterResets,
+    checkpoint_text,
+    conf_statements,
+    measured,
+)
 from dbt.adapters.streamsql.execution.engine.trace import StatementTrace
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -115,10 +120,11 @@ class Answers:
     touched_final_groups: Sequence[str] = ()  # final groups a late change touches
 
 
-class FakeSqlSession:
+class FakeSqlSession(LaterResets):
     """Implements the executor's `SqlSession` over `FakeTable`s."""
 
     def __init__(self, describe: Optional[Callable[[str], Optional[List[Tuple[str, str]]]]] = None):
+        super().__init__()
         self.tables: Dict[str, FakeTable] = {}
         self.conf: Dict[str, str] = {}
         self.statements: List[str] = []
@@ -170,11 +176,13 @@ class FakeSqlSession:
     # -- the SqlSession protocol --------------------------------------------------------------
 
     def query(self, statement: str) -> List[Dict[str, Any]]:
+        self.settle()
         self._send(statement)
         self._maybe_fail(statement)
         return self._answer(statement.strip())
 
     def run(self, statement: str) -> None:
+        self.settle()
         self._send(statement)
         self._maybe_fail(statement)
         self._answer(statement.strip())
@@ -184,27 +192,39 @@ class FakeSqlSession:
     ) -> Dict[str, Any]:
         """As the embedded session: the measures in the same pass (answered as the query of
         them would be)."""
+        self.settle()
         self._send(checkpoint_text(name, select, measures or {}, alias))
         if not measures:
             return {}
         return self._answer(measured(name, measures, alias))[0]
 
     def release(self, names: Sequence[str]) -> None:
-        if names:  # one statement for all, as the embedded session
-            self._send(";\n".join(f"DROP VIEW IF EXISTS {name}" for name in names))
+        if names:  # one statement for all, with the resets that wait, as the embedded session
+            unset = self._take_resets()
+            drops = [f"DROP VIEW IF EXISTS {name}" for name in names]
+            self._send(";\n".join(conf_statements(unset, []) + drops))
+            self._unset(unset)
 
     def set_confs(self, settings: Sequence[Tuple[str, str]]) -> None:
-        if settings:  # one statement for all, as the embedded session
-            text = ";\n".join(f"SET {key}={value}" for key, value in settings)
+        if settings:  # one statement for all, with the resets that wait, as the embedded session
+            unset = self._take_resets()
+            text = ";\n".join(conf_statements(unset, settings))
             self._send(text)
+            self._unset(unset)
             self._maybe_fail(text)
             self.conf.update(settings)
 
     def unset_confs(self, keys: Sequence[str]) -> None:
-        if keys:
-            self._send(";\n".join(f"RESET {key}" for key in keys))
-            for key in keys:
-                self.conf.pop(key, None)
+        if keys and not self._defer_resets(keys):
+            self._reset_now(keys)
+
+    def _reset_now(self, keys: Sequence[str]) -> None:
+        self._send(";\n".join(conf_statements(keys, [])))
+        self._unset(keys)
+
+    def _unset(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self.conf.pop(key, None)
 
     def local_checkpoints(self) -> bool:
         return True  # as the embedded session

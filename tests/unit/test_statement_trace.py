@@ -82,14 +82,18 @@ def test_the_roles_say_what_each_write_and_read_of_a_step_is():
         for i, (_, s) in enumerate(session.trace.entries)
         if s.startswith("INSERT INTO `demo`.`lw__late`")
     )
-    # (sent as one statement: the embedded session sets them in one call)
+    # (sent as one statement: the embedded session sets them in one call, with the resets of
+    # the write before, sql_session.LaterResets)
     assert session.trace.entries[record - 1][0] == (
-        "append the step's late changes to `demo`.`lw__late`: the settings of the next commit: "
-        "the step record, Delta's idempotent-write id, its version (the step)"
+        "append the step's late changes to `demo`.`lw__late`: the settings unset: the step "
+        "record, Delta's idempotent-write id, its version (the step); the settings of the next "
+        "commit: the step record, Delta's idempotent-write id, its version (the step)"
     )
     assert session.trace.entries[record + 1][0] == (
-        "append the step's late changes to `demo`.`lw__late`: the settings unset: "
-        "the step record, Delta's idempotent-write id, its version (the step)"
+        "MERGE into `demo`.`lw__pending`: the changes the step releases and those it holds: "
+        "the settings unset: the step record, Delta's idempotent-write id, its version (the "
+        "step); the settings of the next commit: the step record, Delta's idempotent-write id, "
+        "its version (the step)"
     )
 
 
@@ -287,6 +291,57 @@ def test_the_embedded_session_sends_a_writes_settings_and_the_views_it_frees_as_
         "DROP VIEW IF EXISTS _v_net",
         "DROP VIEW IF EXISTS _v_old",
     ]
+
+
+def test_inside_a_step_resets_go_with_the_next_call_and_never_outlive_the_step():
+    spark, connections = EmbeddedSpark({"c.d": "own"}), RecordingConnections()
+    connections.add_query = lambda statement, auto_begin=True: (
+        spark.calls.append(f"sql {statement}"),
+        SimpleNamespace(fetchall=lambda: [], description=[]),
+    )
+    embedded = SimpleNamespace(handle=SimpleNamespace(spark=spark))
+    connection = SimpleNamespace(handle=embedded, name="model.test.m")
+    connections.get_thread_connection = lambda: connection
+    connections.exception_handler = lambda sql: contextlib.nullcontext()
+    session = AdapterSqlSession(SimpleNamespace(connections=connections))
+    with session.resets_later():
+        with session.trace.role("first write"):
+            session.set_confs([("a.b", "1"), ("c.d", "2")])
+            session.unset_confs(["a.b", "c.d"])
+        assert spark.calls == ["set a.b=1", "set c.d=2"]  # the resets wait
+        with session.trace.role("second write"):
+            session.set_confs([("a.b", "3")])  # one call: c.d back to its own value, a.b set
+            assert spark.calls[2:] == ["set c.d=own", "set a.b=3"]
+            session.unset_confs(["a.b"])
+        session.run("SELECT 1")  # a statement never runs under a reset that waits
+        assert spark.calls[4:] == ["unset a.b", "sql SELECT 1"]
+        session.set_confs([("e.f", "1")])
+        session.unset_confs(["e.f"])
+        session.release(["_v_net"])  # one call: the reset and the view freed
+        assert spark.calls[6:] == ["set e.f=1", "unset e.f", "drop _v_net"]
+        session.set_confs([("g.h", "1")])
+        session.unset_confs(["g.h"])
+    assert spark.calls[9:] == ["set g.h=1", "unset g.h"]  # sent as the step ends
+    assert session.trace.entries == [
+        ("first write: the settings of the next commit: a.b, c.d", "SET a.b=1;\nSET c.d=2"),
+        (
+            "second write: the settings unset: a.b, c.d; the settings of the next commit: a.b",
+            "RESET a.b;\nRESET c.d;\nSET a.b=3",
+        ),
+        ("second write: the setting a.b unset", "RESET a.b"),  # as the write it served
+        ("a query", "SELECT 1"),
+        ("the setting e.f", "SET e.f=1"),
+        ("the settings unset: e.f; free the view _v_net", "RESET e.f;\nDROP VIEW IF EXISTS _v_net"),
+        ("the setting g.h", "SET g.h=1"),
+        ("the setting g.h unset", "RESET g.h"),
+    ]
+    # a step that fails still leaves no setting behind
+    spark.calls.clear()
+    with pytest.raises(RuntimeError), session.resets_later():
+        session.set_confs([("a.b", "1")])
+        session.unset_confs(["a.b"])
+        raise RuntimeError("the write failed")
+    assert spark.calls == ["set a.b=1", "unset a.b"]
 
 
 def test_a_failed_step_still_writes_the_statements_it_sent(monkeypatch):

@@ -9,7 +9,19 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Set, Tuple
+from contextlib import contextmanager
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from dbt.adapters.events.types import SQLQuery, SQLQueryStatus
 from dbt_common.events.contextvars import get_node_info
@@ -66,7 +78,15 @@ class SqlSession(Protocol):
         """Session settings for the statements that follow (`settings`: key, value)."""
         ...
 
-    def unset_confs(self, keys: Sequence[str]) -> None: ...
+    def unset_confs(self, keys: Sequence[str]) -> None:
+        """Settings back as they were before `set_confs`; inside `resets_later`, possibly sent
+        with the session's next call."""
+        ...
+
+    def resets_later(self) -> Any:
+        """A scope (a step) in which resets may wait for the session's next call
+        (`LaterResets`)."""
+        ...
 
     def delta_log(self) -> DeltaLogReader: ...
 
@@ -123,7 +143,67 @@ def write_confs(spark: Any, settings: Sequence[Tuple[str, str]], unset: Sequence
         spark.conf.unset(key)
 
 
-class AdapterSqlSession:
+class LaterResets:
+    """Settings resets that travel with a session's next call instead of in one of their own.
+
+    A step sets settings around each write (the step record, Delta's idempotent-write id) and
+    resets them after it; the next thing it sends is often the next write's settings, or, at
+    its end, the views it frees. Inside `resets_later` (a step), `unset_confs` only notes the
+    keys; the session then sends them first thing in its next call: in the same call as the
+    next settings or views freed, and in a call of their own before any other statement and
+    when the scope ends. So no statement ever runs under a setting a reset was due to remove,
+    and a step's settings never outlive it. A GROUP BY step makes three calls fewer in this
+    process; over Spark Connect, where one request either sets or unsets, one round trip fewer.
+    Outside the scope, a reset is sent at once.
+    """
+
+    trace: StatementTrace
+
+    def __init__(self) -> None:
+        self._later: List[str] = []  # keys whose reset waits for the next call
+        self._later_role: Optional[str] = None  # the role they were reset under
+        self._later_depth = 0
+
+    @contextmanager
+    def resets_later(self) -> Iterator[None]:
+        self._later_depth += 1
+        try:
+            yield
+        finally:
+            self._later_depth -= 1
+            if not self._later_depth:
+                self.settle()
+
+    def settle(self) -> None:
+        """Send the resets that wait, now, in a call of their own."""
+        role, keys = self._later_role, self._take_resets()
+        if keys:
+            with self.trace.role(role):  # logged as the write they served
+                self._reset_now(keys)
+
+    def _defer_resets(self, keys: Sequence[str]) -> bool:
+        """Note `keys` for the next call, inside the scope; False outside it."""
+        if not self._later_depth:
+            return False
+        if not self._later:
+            self._later_role = self.trace.current
+        self._later += [key for key in keys if key not in self._later]
+        return True
+
+    def _take_resets(self) -> List[str]:
+        keys, self._later = self._later, []
+        return keys
+
+    def _reset_now(self, keys: Sequence[str]) -> None:
+        raise NotImplementedError
+
+
+def conf_statements(unset: Sequence[str], settings: Sequence[Tuple[str, str]]) -> List[str]:
+    """How one call that resets `unset` and then sets `settings` is logged: a statement each."""
+    return [reset_conf(key) for key in unset] + [set_conf(key, value) for key, value in settings]
+
+
+class AdapterSqlSession(LaterResets):
     """Runs statements through dbt's connection (logged like every dbt query), raw rows back.
 
     Rows bypass agate on purpose: agate would turn strings that look like dates into dates.
@@ -131,6 +211,7 @@ class AdapterSqlSession:
     """
 
     def __init__(self, adapter: Any) -> None:
+        super().__init__()
         self.adapter = adapter
         self.trace = StatementTrace()
         self._checkpoints: Dict[str, Any] = {}  # view name -> its checkpointed DataFrame
@@ -139,6 +220,7 @@ class AdapterSqlSession:
         self._confs_read: Optional[Set[str]] = set()
 
     def query(self, statement: str) -> List[Dict[str, Any]]:
+        self.settle()
         spark = self._embedded_spark()
         if spark is not None and is_connect_session(spark):  # one round trip, not two
             rows: List[Dict[str, Any]] = []
@@ -153,6 +235,7 @@ class AdapterSqlSession:
         return [dict(zip(names, row)) for row in rows]
 
     def run(self, statement: str) -> None:
+        self.settle()
         self.trace.record(statement)
         self.adapter.connections.add_query(statement, auto_begin=False)
 
@@ -174,6 +257,7 @@ class AdapterSqlSession:
         Connect (Spark's observed metrics: no second job, no statement of their own), by one
         query after it over Thrift.
         """
+        self.settle()
         measures = measures or {}
         spark = self._embedded_spark()
         if spark is None:
@@ -213,15 +297,17 @@ class AdapterSqlSession:
 
     def release(self, names: Sequence[str]) -> None:
         """Drop views made by `materialize`, freeing their data: in the embedded session all of
-        them in one call to the catalog, logged as one statement; over Thrift one DROP VIEW
-        each (a cached view's data goes with it)."""
+        them in one call to the catalog, with the resets that wait (`LaterResets`), logged as
+        one statement; over Thrift one DROP VIEW each (a cached view's data goes with it)."""
         spark = self._embedded_spark()
         if spark is None:
             for name in names:
                 self.run(f"DROP VIEW IF EXISTS {name}")
             return
+        unset = self._take_resets() if names else []
 
         def drop() -> None:
+            self._write_confs(spark, [], unset)
             for name in names:
                 spark.catalog.dropTempView(name)
                 frame = self._checkpoints.pop(name, None)
@@ -230,45 +316,56 @@ class AdapterSqlSession:
                 # Over Spark Connect the server frees a checkpoint once no client frame names it.
 
         if names:
-            self._embedded(";\n".join(f"DROP VIEW IF EXISTS {name}" for name in names), drop)
+            drops = [f"DROP VIEW IF EXISTS {name}" for name in names]
+            self._embedded(";\n".join(conf_statements(unset, []) + drops), drop)
 
     def set_confs(self, settings: Sequence[Tuple[str, str]]) -> None:
         """In the embedded session all of them in one call to Spark's conf (no SQL to parse;
-        over Spark Connect one request), logged as one statement; over Thrift one SET each
-        (only SQL reaches the server)."""
+        over Spark Connect one request), with the resets that wait (`LaterResets`), logged as
+        one statement; over Thrift one SET each (only SQL reaches the server)."""
         spark = self._embedded_spark()
         if spark is None:
             for key, value in settings:
                 self.run(set_conf(key, value))
         elif settings:
-            text = ";\n".join(set_conf(key, value) for key, value in settings)
-
-            def apply() -> None:
-                self._settings_before(spark, [key for key, _ in settings])
-                write_confs(spark, settings, [])
-
-            self._embedded(text, apply)
+            unset = self._take_resets()
+            self._embedded(
+                ";\n".join(conf_statements(unset, settings)),
+                lambda: self._write_confs(spark, settings, unset),
+            )
 
     def unset_confs(self, keys: Sequence[str]) -> None:
         """Puts settings back as they were before `set_confs` changed them: in the embedded
         session to the session's own value where it had one (a profile's
-        `server_side_parameters`), else unset; over Thrift one RESET each."""
+        `server_side_parameters`), else unset; inside `resets_later` with the session's next
+        call. Over Thrift one RESET each, at once."""
         spark = self._embedded_spark()
         if spark is None:
             for key in keys:
                 self.run(reset_conf(key))
-        elif keys:
-            text = ";\n".join(reset_conf(key) for key in keys)
+        elif keys and not self._defer_resets(keys):
+            self._reset_now(keys)
 
-            def restore() -> None:
-                before = self._settings_before(spark, keys)
-                write_confs(
-                    spark,
-                    [(key, before[key]) for key in keys if key in before],
-                    [key for key in keys if key not in before],
-                )
+    def _reset_now(self, keys: Sequence[str]) -> None:
+        spark = self._embedded_spark()
+        self._embedded(
+            ";\n".join(conf_statements(keys, [])), lambda: self._write_confs(spark, [], keys)
+        )
 
-            self._embedded(text, restore)
+    def _write_confs(
+        self, spark: Any, settings: Sequence[Tuple[str, str]], unset: Sequence[str]
+    ) -> None:
+        """One call: the keys `unset` back to the session's own values, then `settings`."""
+        if not settings and not unset:
+            return
+        new = {key for key, _ in settings}
+        restored = [key for key in unset if key not in new]
+        before = self._settings_before(spark, [*new, *restored])
+        write_confs(
+            spark,
+            [(key, before[key]) for key in restored if key in before] + list(settings),
+            [key for key in restored if key not in before],
+        )
 
     def _settings_before(self, spark: Any, keys: Sequence[str]) -> Dict[str, str]:
         """The session's settings of `keys` before this step changed any (each key read the

@@ -84,13 +84,26 @@ def statement_role(statement: str) -> Tuple[str, bool]:
 
 
 def _batch_role(parts: Sequence[str]) -> str:
+    """The role of statements sent in one call: settings reset, then settings for the next
+    commit, then views freed (sql_session.py); each run of one kind named once."""
+    runs: List[Tuple[str, List[str]]] = []
+    for part in parts:
+        kind = part.split(None, 1)[0]
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(part)
+        else:
+            runs.append((kind, [part]))
+    return "; ".join(_run_role(kind, run) for kind, run in runs)
+
+
+def _run_role(kind: str, parts: Sequence[str]) -> str:
     names = [part.split(None, 1)[1].split("=", 1)[0] for part in parts if " " in part]
     said = ", ".join(_SETTING_NAMES.get(name, name) for name in names)
-    if all(part.startswith("SET ") for part in parts):
+    if kind == "SET":
         return f"the settings of the next commit: {said}"
-    if all(part.startswith("RESET ") for part in parts):
+    if kind == "RESET":
         return f"the settings unset: {said}"
-    if all(part.startswith("DROP VIEW IF EXISTS ") for part in parts):
+    if len(parts) > 1 and all(part.startswith("DROP VIEW IF EXISTS ") for part in parts):
         return f"free the views {', '.join(part.split()[-1] for part in parts)}"
     return "; ".join(statement_role(part)[0] for part in parts)
 
@@ -113,6 +126,11 @@ class StatementTrace:
             yield
         finally:
             self._roles.pop()
+
+    @property
+    def current(self) -> Optional[str]:
+        """The role statements sent now get (None: their own)."""
+        return self._roles[-1] if self._roles else None
 
     def record(self, statement: str) -> None:
         """Called by the session as it sends `statement`."""

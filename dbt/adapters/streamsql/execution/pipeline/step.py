@@ -137,32 +137,34 @@ def run_step(
     rendered without dbt."""
     ctx = StepContext(session, model, log, side_sql=side_sql or default_side_table_sql())
     started = time.monotonic()
-    try:
-        result = _step(ctx, compiled_sql)
-    except PlanningError as error:
-        raise StepError(f"Model {model.name}: {error}") from error
-    except Exception as error:
-        if faults.lost_history(error):  # read it all again, once
+    # resets of settings go with the step's next call (sql_session.LaterResets)
+    with session.resets_later():
+        try:
+            result = _step(ctx, compiled_sql)
+        except PlanningError as error:
+            raise StepError(f"Model {model.name}: {error}") from error
+        except Exception as error:
+            if faults.lost_history(error):  # read it all again, once
 
-            def take_step(again: StepContext, why: str) -> StepResult:
-                try:
-                    return _step(again, compiled_sql, why)
-                finally:
-                    small_step.leave(again)
+                def take_step(again: StepContext, why: str) -> StepResult:
+                    try:
+                        return _step(again, compiled_sql, why)
+                    finally:
+                        small_step.leave(again)
 
-            return recovery.take_again(ctx, error, take_step, started)
-        refused = concurrent_write(error)
-        if refused is not None:
-            raise StepError(
-                f"Model {model.name}: another run wrote to its tables at the same time (Delta "
-                f"refused this run's write: {refused[:200]}). Whatever "
-                "committed is consistent: run again to continue, and do not schedule two runs "
-                "of one model at once."
-            ) from error
-        raise
-    finally:
-        ctx.views.drop_all()
-        small_step.leave(ctx)
+                return recovery.take_again(ctx, error, take_step, started)
+            refused = concurrent_write(error)
+            if refused is not None:
+                raise StepError(
+                    f"Model {model.name}: another run wrote to its tables at the same time (Delta "
+                    f"refused this run's write: {refused[:200]}). Whatever "
+                    "committed is consistent: run again to continue, and do not schedule two runs "
+                    "of one model at once."
+                ) from error
+            raise
+        finally:
+            small_step.leave(ctx)  # (its resets go with the views freed)
+            ctx.views.drop_all()
     result.seconds = time.monotonic() - started
     return result
 
@@ -359,41 +361,42 @@ def flush_step(
     """Releases every held change (`streamsql_flush`): a step that reads no input."""
     ctx = StepContext(session, model, log, side_sql=side_sql or default_side_table_sql())
     started = time.monotonic()
-    try:
+    with session.resets_later():
         try:
-            columns = list(ctx.delta_log.snapshot(model.target_name).columns)
-        except TableMissing as missing:
-            raise StepError(
-                f"Model {model.name} has not run as an incremental_view yet: nothing is held."
-            ) from missing
-        rules = event_time_rules(ctx, columns)
-        previous = history.read_last_record(ctx)
-        if previous is None:
-            raise StepError(
-                f"Model {model.name} has not run as an incremental_view yet: nothing is held."
+            try:
+                columns = list(ctx.delta_log.snapshot(model.target_name).columns)
+            except TableMissing as missing:
+                raise StepError(
+                    f"Model {model.name} has not run as an incremental_view yet: nothing is held."
+                ) from missing
+            rules = event_time_rules(ctx, columns)
+            previous = history.read_last_record(ctx)
+            if previous is None:
+                raise StepError(
+                    f"Model {model.name} has not run as an incremental_view yet: nothing is held."
+                )
+            if not rules.watermark:
+                raise StepError(f"Model {model.name} declares no watermark: nothing is held.")
+            unfinished = history.unfinished_side_writes(ctx, previous)
+            if unfinished:
+                raise StepError(
+                    f"Model {model.name}: its step {previous.step} was interrupted; "
+                    "run `dbt run` for it to finish that step, then flush."
+                )
+            record = previous.next(ctx.run_id, dict(previous.input_versions))
+            record.flush = True
+            step = StepState(
+                "",
+                previous,
+                record,
+                StepResult(
+                    model.name, record.step, "flush", "release every held change", computed="flush"
+                ),
             )
-        if not rules.watermark:
-            raise StepError(f"Model {model.name} declares no watermark: nothing is held.")
-        unfinished = history.unfinished_side_writes(ctx, previous)
-        if unfinished:
-            raise StepError(
-                f"Model {model.name}: its step {previous.step} was interrupted; "
-                "run `dbt run` for it to finish that step, then flush."
-            )
-        record = previous.next(ctx.run_id, dict(previous.input_versions))
-        record.flush = True
-        step = StepState(
-            "",
-            previous,
-            record,
-            StepResult(
-                model.name, record.step, "flush", "release every held change", computed="flush"
-            ),
-        )
-        released = flush_change(ctx, step, columns, rules)
-        commit_step(ctx, step, ModelChange(released), columns, rules.lateness)
-    finally:
-        ctx.views.drop_all()
+            released = flush_change(ctx, step, columns, rules)
+            commit_step(ctx, step, ModelChange(released), columns, rules.lateness)
+        finally:
+            ctx.views.drop_all()
     step.result.seconds = time.monotonic() - started
     return step.result
 
