@@ -108,6 +108,55 @@ class TestLateDeletesAndNulls(LatenessProject):
         assert late == [("a", "delete", "late"), ("nowhere", "insert", "null")]
 
 
+KEPT = """
+{{ config(materialized='incremental_view', lateness={'ts': 'INTERVAL 1 HOUR'}) }}
+select ts, location from {{ var('source') }}
+"""
+KEPT_BRIEFLY = """
+{{ config(materialized='incremental_view', lateness={'ts': 'INTERVAL 1 HOUR'},
+          waterline_retention='0 seconds') }}
+select ts, location from {{ var('source') }}
+"""
+
+
+class TestWaterlineRetention(LatenessProject):
+    """waterline_retention: `__waterline` rows older than it are deleted (by default after 30
+    days); the model and its quarantine are the same either way."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"kept.sql": KEPT, "kept_briefly.sql": KEPT_BRIEFLY}
+
+    def test_rows_beyond_the_retention_go_and_the_rest_stay(self, project, source):
+        schema = project.test_schema
+        steps = [
+            [("2020-01-01 02:00:00", "a")],  # waterline 01:00
+            [("2020-01-01 00:00:00", "late"), ("2020-01-01 03:00:00", "b")],
+            [("2020-01-01 04:00:00", "c")],
+        ]
+        for rows in steps:
+            _insert(project, source, rows)
+            results = run_dbt(["run", "--vars", f"{{source: {source}}}"])
+            responses = {r.node.name: r.adapter_response for r in results}
+        for name in ("kept", "kept_briefly"):
+            applied = _rows(project, f"select location from {schema}.{name} order by ts")
+            assert applied == [("a",), ("b",), ("c",)], name
+            late = _rows(project, f"select location from {schema}.{name}__late")
+            assert late == [("late",)], name  # never deleted: a recompute needs it
+        assert _rows(project, f"select step from {schema}.kept__waterline order by step") == [
+            (1,),
+            (2,),
+            (3,),
+        ]
+        # the short retention: each step first deleted what the ones before wrote
+        assert _rows(project, f"select step, waterline from {schema}.kept_briefly__waterline") == [
+            (3, "2020-01-01 03:00:00")
+        ]
+        notes = responses["kept_briefly"]["notes"]
+        assert f"removed 1 row(s) of {schema}.kept_briefly__waterline older than 0 seconds" in notes
+        assert not any("removed" in note for note in responses["kept"]["notes"] or [])
+
+
 DECODED_PURCHASE = """
 {{ config(materialized='incremental_view', lateness={'date_time': 'INTERVAL 1 HOUR'}) }}
 select cast(date_time as timestamp) as date_time, credit_card, amount from {{ var('source') }}

@@ -30,6 +30,7 @@ SET_VALUES = {
     "location_root": "s3a://lake/views/",
     "on_schema_change": "append_new_columns",
     "unique_key": ["id", "day"],
+    "waterline_retention": "interval 7 days",
 }
 
 
@@ -60,6 +61,9 @@ def test_every_config_the_step_reads_reaches_the_model_settings():
     assert model.location == "s3a://lake/views/m"
     assert tuple(model.partition_by) == ("day",)
     assert tuple(model.cluster_by) == ("room", "day")
+    assert model.waterline_retention == 7 * 86400 and default.waterline_retention == 30 * 86400
+    forever = configs.model_settings("m", "demo", {"waterline_retention": "forever"}, False)
+    assert forever.waterline_retention is None
 
 
 def test_the_defaults_are_the_model_settings_defaults():
@@ -95,6 +99,9 @@ def test_the_adapter_hands_every_config_to_the_step():
         ("partition_by", [1], "is not a column name or a list of column names"),
         ("tblproperties", ["a"], "is not a map of names to values"),
         ("location_root", 3, "is not a path"),
+        ("waterline_retention", "a month", "is not a retention"),
+        ("waterline_retention", "-1 day", "is not a retention"),
+        ("waterline_retention", 30, "is not a retention"),
     ],
 )
 def test_a_value_the_step_cannot_obey_names_the_model_and_the_config(name, value, message):

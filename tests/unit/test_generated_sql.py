@@ -34,7 +34,8 @@ from tests.unit.test_step import AGGREGATE, EVENTS, LATE_WINDOW, LINEAR, SRC, ST
 GOLDEN = Path(__file__).parent / "golden"
 RECORD = os.environ.get("STREAMSQL_RECORD_SQL") == "1"
 RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
-STARTED_AT = re.compile(r'"started_at":[0-9.e+]+')
+# times in the step record (when the step started, when its side tables were last cleaned)
+CLOCKS = re.compile(r'"(started_at|cleaned_at)":[0-9.e+]+')
 
 
 def compare(name: str, found: Any) -> None:
@@ -72,7 +73,7 @@ def normalized(statements: List[str]) -> List[str]:
     def mark(match: "re.Match[str]") -> str:
         return marks.setdefault(match.group(0), f"<run {len(marks)}>")
 
-    return [STARTED_AT.sub('"started_at":0', RUN_ID.sub(mark, s)) for s in statements]
+    return [CLOCKS.sub(r'"\1":0', RUN_ID.sub(mark, s)) for s in statements]
 
 
 def traced(session: FakeSqlSession) -> List[str]:

@@ -51,6 +51,7 @@ class StreamSQLConfig(SparkConfig):
     liquid_clustered_by: Optional[Union[List[str], str]] = None
     tblproperties: Optional[Dict[str, str]] = None
     strategy: Optional[str] = None
+    waterline_retention: Optional[str] = None
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.recovery.retention import interval_seconds
 
 
 class ConfigError(StepError):
@@ -124,6 +125,29 @@ def _location_root(model: str, name: str, value: Any) -> Optional[str]:
     return f"{value.rstrip('/')}/{model}"
 
 
+FOREVER = ("forever", "none")
+
+
+def _retention(default: Optional[str]) -> Callable[[str, str, Any], Optional[float]]:
+    """A retention: an interval ("30 days", "interval 12 hours"), or `forever`; in seconds, None
+    for ever."""
+
+    def parse(model: str, name: str, value: Any) -> Optional[float]:
+        chosen = default if value is None or value == "" else value
+        if chosen is None or (isinstance(chosen, str) and chosen.strip().lower() in FOREVER):
+            return None
+        seconds = interval_seconds(str(chosen)) if isinstance(chosen, str) else None
+        if seconds is None or seconds < 0:
+            raise ConfigError(
+                f"Model {model}: config {name} = {chosen!r} is not a retention. Write an "
+                f"interval in seconds, minutes, hours, days or weeks (e.g. {name}='30 days' or "
+                f"'interval 12 hours'), or 'forever' to keep every row."
+            )
+        return seconds
+
+    return parse
+
+
 @dataclass(frozen=True)
 class ConfigSpec:
     """One config an incremental_view model obeys."""
@@ -140,6 +164,7 @@ class ConfigSpec:
 
 LIST = "string or list of strings"
 COLUMN_MAP = "map: column -> constant expression"
+RETENTION = "interval, or `forever`"
 
 # Every config incremental_view obeys, in the order of the docs table.
 MODEL_CONFIGS: Tuple[ConfigSpec, ...] = (
@@ -177,6 +202,14 @@ MODEL_CONFIGS: Tuple[ConfigSpec, ...] = (
         _one_of(ON_SCHEMA_CHANGE, DEFAULT_ON_SCHEMA_CHANGE, " (dbt's values)"),
     ),
     ConfigSpec("unique_key", LIST, "none", NEXT_STEP, "unique_key", _names),
+    ConfigSpec(
+        "waterline_retention",
+        RETENTION,
+        "`30 days`",
+        NEXT_STEP,
+        "waterline_retention",
+        _retention("30 days"),
+    ),
     ConfigSpec("full_refresh", "boolean", "none", DBT),
     ConfigSpec("pre_hook", "SQL", "none", DBT),
     ConfigSpec("post_hook", "SQL", "none", DBT),

@@ -57,6 +57,8 @@ class ModelSettings:
     # change is as large as its inputs (pipeline/plan_choice.py); "incremental": never that;
     # "recompute": always recompute and diff.
     strategy: str = "auto"
+    # How long rows stay in `__waterline`, in seconds; None: for ever (cleanup.py)
+    waterline_retention: Optional[float] = 30 * 86400.0
 
     @property
     def storage_properties(self) -> Dict[str, str]:

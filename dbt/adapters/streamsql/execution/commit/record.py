@@ -106,6 +106,9 @@ class StepRecord:
     recovered: List[str] = field(default_factory=list)
     # When the step started, in seconds since the epoch (retention.py).
     started_at: Optional[float] = None
+    # When the model's side tables were last cleaned of rows beyond their retention, in
+    # seconds since the epoch (cleanup.py); None before the first clean-up clock started.
+    cleaned_at: Optional[float] = None
 
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
@@ -128,6 +131,7 @@ class StepRecord:
             input_ids=dict(self.input_ids),
             columns=[list(c) for c in self.columns],
             emit_final=self.emit_final,
+            cleaned_at=self.cleaned_at,
         )
 
     def same_sql(self, sql: str) -> bool:
