@@ -5,7 +5,7 @@ One project, two `dbt run`s. Each route has the same three models, the configs s
 cannot be combined (`CONFIGS`), with values that differ between the routes where the value shows:
 
 - `lin_*` (`select *`): lateness, max_future, unique_key, on_schema_change, partition_by,
-  tblproperties, location_root;
+  tblproperties, location_root, waterline_retention;
 - `fin_*` (an hourly count): emit_final (with lateness on the hour), liquid_clustered_by;
 - `wm_*`: watermark, append_only, strategy (recompute). Only its first step is looked at (its
   second fails: append_only), whose result does not depend on the plan.
@@ -52,6 +52,7 @@ CONFIGS = {
             {"streamsql.test.route": "config()"},
         ),
         "location_root": ("{lake}/project", "{lake}/config"),
+        "waterline_retention": ("0 seconds", "interval 0 seconds"),
     },
     "fin": {
         "lateness": ({"hour": "INTERVAL 1 HOUR"}, {"hour": "INTERVAL 1 HOUR"}),
@@ -214,6 +215,15 @@ class TestConfigsReachTheStep:
         # keeps the model's columns)
         found = query(f"select id, v, extra from {self.table(project, 'lin', route)} where id = 4")
         assert found == [(4, 40, None)], found
+
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_waterline_retention(self, project, steps, query, route):
+        # a retention of 0: step 2 first deleted step 1's waterline row (the default keeps 30
+        # days of them)
+        waterline = self.table(project, "lin", route, "__waterline")
+        assert query(f"select step from {waterline}") == [(2,)]
+        notes = by_name(steps[1], name("lin", route)).adapter_response["notes"]
+        assert f"removed 1 row(s) of {waterline} older than 0 seconds" in notes, notes
 
     @pytest.mark.parametrize("route", ROUTES)
     def test_partition_by(self, steps, detail, route):
