@@ -5,7 +5,7 @@ One project, two `dbt run`s. Each route has the same three models, the configs s
 cannot be combined (`CONFIGS`), with values that differ between the routes where the value shows:
 
 - `lin_*` (`select *`): lateness, max_future, unique_key, on_schema_change, partition_by,
-  tblproperties, location_root, waterline_retention;
+  tblproperties, location_root, waterline_retention, compact_files;
 - `fin_*` (an hourly count): emit_final (with lateness on the hour), liquid_clustered_by;
 - `wm_*`: watermark, append_only, strategy (recompute). Only its first step is looked at (its
   second fails: append_only), whose result does not depend on the plan.
@@ -19,11 +19,13 @@ check fails: the old bug, `strategy` documented but never passed to the step, fa
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
 from dbt.tests.util import run_dbt
 
+from dbt.adapters.streamsql.execution.commit import small_files
 from dbt.adapters.streamsql.execution.configs import MODEL_CONFIGS
 from tests.functional.test_incremental_view_basics import by_name
 from tests.functional.test_side_tables_and_run_sql import SOURCES
@@ -53,6 +55,7 @@ CONFIGS = {
         ),
         "location_root": ("{lake}/project", "{lake}/config"),
         "waterline_retention": ("0 seconds", "interval 0 seconds"),
+        "compact_files": (False, True),
     },
     "fin": {
         "lateness": ({"hour": "INTERVAL 1 HOUR"}, {"hour": "INTERVAL 1 HOUR"}),
@@ -152,7 +155,11 @@ class TestConfigsReachTheStep:
         first = run_dbt(["run"])
         for statement in STEP_2:
             project.run_sql(statement.format(events=events))
-        return first, run_dbt(["run", "--select", SECOND_RUN], expect_pass=False)
+        # compact_files: step 2 checks the files, and compacts a table holding any
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(small_files, "COMPACT_CHECK_EVERY", 1)
+            patch.setattr(small_files, "COMPACT_ABOVE_FILES", 0)
+            return first, run_dbt(["run", "--select", SECOND_RUN], expect_pass=False)
 
     @pytest.fixture(scope="class")
     def query(self, project, steps):
@@ -224,6 +231,18 @@ class TestConfigsReachTheStep:
         assert query(f"select step from {waterline}") == [(2,)]
         notes = by_name(steps[1], name("lin", route)).adapter_response["notes"]
         assert f"removed 1 row(s) of {waterline} older than 0 seconds" in notes, notes
+
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_compact_files(self, project, steps, route):
+        # off in dbt_project.yml, on (the default) in config(): only lin_c's step 2 compacted
+        # its table (an OPTIMIZE that packs nothing makes no commit: the statement shows it)
+        run = os.path.join(
+            project.project_root, "target", "run", "test", "models", f"{name('lin', route)}.sql"
+        )
+        with open(run) as handle:
+            statements = handle.read()
+        optimize = f"OPTIMIZE `{project.test_schema}`.`{name('lin', route)}`"
+        assert (optimize in statements) == (route == "config"), statements[-3000:]
 
     @pytest.mark.parametrize("route", ROUTES)
     def test_partition_by(self, steps, detail, route):

@@ -157,6 +157,67 @@ class TestWaterlineRetention(LatenessProject):
         assert not any("removed" in note for note in responses["kept"]["notes"] or [])
 
 
+BY_PLACE = """
+{{ config(materialized='incremental_view') }}
+select location, count(*) as n from {{ ref('kept') }} group by location
+"""
+KEPT_UNCOMPACTED = """
+{{ config(materialized='incremental_view', lateness={'ts': 'INTERVAL 1 HOUR'},
+          compact_files=false) }}
+select ts, location from {{ var('source') }}
+"""
+
+
+class TestSmallFiles(LatenessProject):
+    """compact_files: a step OPTIMIZEs the model's table and its side tables once they hold too
+    many small files (small_files.py; here at every step and above 2 files, so that a few steps
+    show it). What readers see stays the same: the table's rows, its change feed, and the model
+    that reads it."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"kept.sql": KEPT, "by_place.sql": BY_PLACE, "uncompacted.sql": KEPT_UNCOMPACTED}
+
+    def test_compaction_changes_no_row_and_no_change_feed(self, project, source, monkeypatch):
+        from dbt.adapters.streamsql.execution.commit import small_files
+
+        monkeypatch.setattr(small_files, "COMPACT_CHECK_EVERY", 1)
+        monkeypatch.setattr(small_files, "COMPACT_ABOVE_FILES", 2)
+        schema = project.test_schema
+        notes = []
+        steps = [
+            [("2020-01-01 02:00:00", "a"), ("2020-01-01 02:10:00", "b")],
+            [("2020-01-01 00:00:00", "late"), ("2020-01-01 03:00:00", "b")],
+            [("2020-01-01 04:00:00", "c")],
+            [("2020-01-01 05:00:00", "a")],
+        ]
+        for rows in steps:
+            _insert(project, source, rows)
+            results = run_dbt(["run", "--vars", f"{{source: {source}}}"])
+            notes += [n for r in results for n in r.adapter_response["notes"] or []]
+            for name in ("kept", "uncompacted"):
+                table = _rows(project, f"select ts, location from {schema}.{name}")
+                query = _rows(
+                    project, f"select ts, location from {source} where location != 'late'"
+                )
+                assert sorted(table) == sorted(query), name
+            counted = _rows(project, f"select location, n from {schema}.by_place")
+            query = _rows(project, f"select location, count(*) from {schema}.kept group by 1")
+            assert sorted(counted) == sorted(query)
+        for table in ("kept", "kept__waterline"):
+            assert any(n.startswith(f"compacted {schema}.{table}: ") for n in notes), (table, notes)
+        assert not any(f"{schema}.uncompacted" in n for n in notes), notes
+        history = _rows(project, f"describe history {schema}.kept")
+        optimized = [row[0] for row in history if row[4] == "OPTIMIZE"]
+        assert optimized, history
+        for version in optimized:  # nothing in the change feed
+            changes = f"select count(*) from table_changes('{schema}.kept', {version}, {version})"
+            assert _rows(project, changes) == [(0,)]
+        uncompacted = _rows(project, f"describe history {schema}.uncompacted")
+        assert not [row for row in uncompacted if row[4] == "OPTIMIZE"]
+        assert _rows(project, f"select location from {schema}.kept__late") == [("late",)]
+
+
 DECODED_PURCHASE = """
 {{ config(materialized='incremental_view', lateness={'date_time': 'INTERVAL 1 HOUR'}) }}
 select cast(date_time as timestamp) as date_time, credit_card, amount from {{ var('source') }}

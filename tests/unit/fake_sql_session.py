@@ -41,6 +41,7 @@ WRITES = [
     (re.compile(r"^DELETE FROM (\S+)", re.I), "DELETE"),
     (re.compile(r"^ALTER TABLE (\S+) SET TBLPROPERTIES", re.I), "SET TBLPROPERTIES"),
     (re.compile(r"^RESTORE TABLE (\S+) TO VERSION AS OF (\d+)", re.I), "RESTORE"),
+    (re.compile(r"^OPTIMIZE (\S+)$", re.I), "OPTIMIZE"),
 ]
 
 
@@ -80,6 +81,7 @@ class FakeTable:
 
     table_id: str = "table-1"
     size_bytes: int = 1000  # its data files' size (DESCRIBE DETAIL)
+    num_files: int = 1  # its data files: one more per write, one after an OPTIMIZE
 
     def commit(
         self,
@@ -273,6 +275,7 @@ class FakeSqlSession(LaterResets):
                     "id": table.table_id,
                     "properties": dict(table.properties),
                     "sizeInBytes": table.size_bytes,
+                    "numFiles": table.num_files,
                 }
             ]
         match = re.match(r"^DESCRIBE TABLE EXTENDED (\S+)$", statement)
@@ -357,6 +360,11 @@ class FakeSqlSession(LaterResets):
                 return  # Delta skips a write it has already committed
             table.txns[app] = int(version)
         parameters = {}
+        if operation == "OPTIMIZE":
+            metrics = {"numRemovedFiles": str(table.num_files), "numAddedFiles": "1"}
+            table.num_files = 1
+        elif operation != "SET TBLPROPERTIES":
+            table.num_files += 1
         if operation.startswith("WRITE"):
             operation, parameters = "WRITE", {"mode": operation[6:].title() or "Append"}
         table.commit(operation, self.conf.get(USER_METADATA), parameters, metrics)

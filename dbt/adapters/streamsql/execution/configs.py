@@ -60,6 +60,11 @@ def _boolean(model: str, name: str, value: Any) -> bool:
     )
 
 
+def _boolean_on(model: str, name: str, value: Any) -> bool:
+    """A boolean that is true unless set."""
+    return True if value is None else _boolean(model, name, value)
+
+
 def _names(model: str, name: str, value: Any) -> Tuple[str, ...]:
     """A column name or a list of them."""
     if value is None or value == [] or value == "":
@@ -210,6 +215,7 @@ MODEL_CONFIGS: Tuple[ConfigSpec, ...] = (
         "waterline_retention",
         _retention("30 days"),
     ),
+    ConfigSpec("compact_files", "boolean", "`true`", NEXT_STEP, "compact_files", _boolean_on),
     ConfigSpec("full_refresh", "boolean", "none", DBT),
     ConfigSpec("pre_hook", "SQL", "none", DBT),
     ConfigSpec("post_hook", "SQL", "none", DBT),

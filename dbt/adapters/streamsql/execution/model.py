@@ -59,6 +59,9 @@ class ModelSettings:
     strategy: str = "auto"
     # How long rows stay in `__waterline`, in seconds; None: for ever (cleanup.py)
     waterline_retention: Optional[float] = 30 * 86400.0
+    # Whether a step compacts the model's table and side tables when small files pile up
+    # (small_files.py)
+    compact_files: bool = True
 
     @property
     def storage_properties(self) -> Dict[str, str]:

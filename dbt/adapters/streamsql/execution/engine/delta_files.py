@@ -93,13 +93,14 @@ class FileDeltaLog:
             metadata = checksum["metadata"]
             schema = json.loads(metadata["schemaString"])
             columns = tuple(Column(f["name"], catalog_type(f["type"])) for f in schema["fields"])
-            size = checksum.get("tableSizeBytes")
+            size, files = checksum.get("tableSizeBytes"), checksum.get("numFiles")
             return TableSnapshot(
                 version,
                 str(metadata["id"]),
                 {str(k): str(v) for k, v in (metadata.get("configuration") or {}).items()},
                 columns,
                 int(size) if size is not None else None,
+                int(files) if files is not None else None,
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:  # no checksum file: ask SQL
             logger.debug(f"Reading {name}'s checksum file failed ({exc}); asking through SQL")

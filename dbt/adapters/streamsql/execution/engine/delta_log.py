@@ -87,6 +87,7 @@ class TableSnapshot:
     properties: Mapping[str, str]
     columns: Tuple[Column, ...]
     size_bytes: Optional[int] = None  # the data files' size, when known
+    num_files: Optional[int] = None  # how many data files it holds, when known
 
 
 @dataclass(frozen=True)
@@ -276,13 +277,14 @@ class SqlDeltaLog:
             if not column or column.startswith("#"):
                 break  # partition and detail sections follow a blank or '#' line
             columns.append(Column(row["col_name"], row["data_type"]))
-        size = detail.get("sizeInBytes")
+        size, files = detail.get("sizeInBytes"), detail.get("numFiles")
         return TableSnapshot(
             version,
             str(detail.get("id") or ""),
             _mapping(detail.get("properties")),
             tuple(columns),
             int(size) if size is not None else None,
+            int(files) if files is not None else None,
         )
 
     def commits(self, name: str, first: int, last: int) -> List[Commit]:
@@ -367,13 +369,16 @@ class JvmDeltaLog:
             fields = [schema.apply(i) for i in range(schema.length())]
             columns = tuple(Column(f.name(), f.dataType().catalogString()) for f in fields)
             checksum = snapshot.checksumOpt()
-            size = int(checksum.get().tableSizeBytes()) if checksum.isDefined() else None
+            size = files = None
+            if checksum.isDefined():
+                size, files = int(checksum.get().tableSizeBytes()), int(checksum.get().numFiles())
             return TableSnapshot(
                 int(snapshot.version()),
                 str(metadata["id"]),
                 {str(k): str(v) for k, v in (metadata.get("configuration") or {}).items()},
                 columns,
                 size,
+                files,
             )
         except (TableMissing, NotDeltaTable):
             raise

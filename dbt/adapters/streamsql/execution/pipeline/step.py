@@ -32,7 +32,7 @@ import re
 import time
 from typing import Callable, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution.commit import cleanup, history, tables
+from dbt.adapters.streamsql.execution.commit import cleanup, history, small_files, tables
 from dbt.adapters.streamsql.execution.commit.protocol import commit_step, write_side_tables
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
@@ -242,6 +242,7 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
     step.record.emit_final = ctx.model.emit_final  # a change since the last step was refused
     tables.compact_state_tables(ctx, plan, previous, step.record)
     cleanup.clean_side_tables(ctx, rules, step)
+    small_files.compact_small_files(ctx, rules, step)
 
     # 3. the change, and 4. event time
     columns = schema.written_columns(ctx, step.schema, previous, plan.output_columns)

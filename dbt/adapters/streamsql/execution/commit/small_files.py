@@ -1,0 +1,84 @@
+"""Tables that stay a few files each: a step compacts the model's table and its side tables.
+
+Every step adds a file or two to the model's table and to `__late`, `__waterline` and
+`__pending`: a view stepped every five minutes would hold 100,000 files after a year, and each
+read after a commit lists them all (under about 50 files Delta keeps the list in the version's
+checksum; above, it is rebuilt from the log). So every COMPACT_CHECK_EVERY-th step first reads
+each table's file count from its version's checksum (no Spark job), and a table holding more than
+COMPACT_ABOVE_FILES files, most of them small, gets an `OPTIMIZE` that packs its files under
+SMALL_FILE_BYTES into files of up to PACKED_FILE_BYTES. A table thus holds at most about
+COMPACT_ABOVE_FILES files plus what ten steps add. The state tables have their own rewrite
+(tables.compact_state_tables).
+
+`OPTIMIZE` changes no row: its commit is marked as no data change, so the change feed, the
+models that read this one and the step's own history reading all skip it. It runs before the
+step's own writes and carries no step record, so a step killed after it is simply taken again.
+A compaction that fails (another writer's conflicting commit) is reported in the step line and
+the step goes on: the files wait for the next check. The config `compact_files: false` leaves
+compaction to the user.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import List
+
+from dbt.adapters.streamsql.execution.commit.transactions import with_settings
+from dbt.adapters.streamsql.execution.commit.writes import LATE, PENDING, WATERLINE
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing
+from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
+from dbt.adapters.streamsql.execution.step_state import StepState
+
+COMPACT_CHECK_EVERY = 10  # steps
+COMPACT_ABOVE_FILES = 25
+SMALL_FILE_BYTES = 32 * 1024 * 1024
+PACKED_FILE_BYTES = 128 * 1024 * 1024
+
+
+def compactable_tables(rules: EventTimeRules) -> List[str]:
+    """The suffixes of the model's tables this rule compacts: its own and its side tables."""
+    suffixes = [""]
+    if rules.lateness:
+        suffixes += [LATE, WATERLINE]
+    if rules.watermark:
+        suffixes.append(PENDING)
+    return suffixes
+
+
+def compact_small_files(ctx: StepContext, rules: EventTimeRules, step: StepState) -> None:
+    """On every COMPACT_CHECK_EVERY-th step, OPTIMIZE each of the model's tables that holds too
+    many small files; the step line says what was packed, and how long it took."""
+    if not ctx.model.compact_files or step.record.step % COMPACT_CHECK_EVERY:
+        return
+    for suffix in compactable_tables(rules):
+        name = ctx.model.table_name(suffix)
+        try:
+            snapshot = ctx.delta_log.snapshot(name)
+        except TableMissing:
+            continue
+        files, size = snapshot.num_files, snapshot.size_bytes
+        if files is None or files <= COMPACT_ABOVE_FILES:
+            continue
+        if size is not None and size >= files * SMALL_FILE_BYTES:
+            continue  # mostly large files: nothing an OPTIMIZE would gain
+        started = time.time()
+        settings = [
+            ("spark.databricks.delta.optimize.minFileSize", str(SMALL_FILE_BYTES)),
+            ("spark.databricks.delta.optimize.maxFileSize", str(PACKED_FILE_BYTES)),
+        ]
+        table = ctx.model.table(suffix)
+        try:
+            with ctx.role(f"compact {table}: {files} files, most of them small"):
+                with_settings(ctx, settings, lambda: ctx.session.run(f"OPTIMIZE {table}"))
+        except Exception as exc:  # a conflicting commit: the next check tries again
+            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            step.result.notes.append(f"compacting {name} failed, left for later: {first_line}")
+            continue
+        newest = ctx.delta_log.recent_commits(name, 1)
+        if newest and newest[0].operation.upper() == "OPTIMIZE":
+            metrics = newest[0].metrics
+            step.result.notes.append(
+                f"compacted {name}: {metrics.get('numRemovedFiles', '?')} files into "
+                f"{metrics.get('numAddedFiles', '?')} in {time.time() - started:.1f} s"
+            )
