@@ -7,8 +7,8 @@ cannot be combined (`CONFIGS`), with values that differ between the routes where
 - `lin_*` (`select *`): lateness, max_future, unique_key, on_schema_change, partition_by,
   tblproperties, location_root, waterline_retention, compact_files;
 - `fin_*` (an hourly count): emit_final (with lateness on the hour), liquid_clustered_by;
-- `wm_*`: watermark, append_only, strategy (recompute). Only its first step is looked at (its
-  second fails: append_only), whose result does not depend on the plan.
+- `wm_*`: watermark, append_only, strategy (recompute), pending_retention. Only its first step
+  is looked at (its second fails: append_only), whose result does not depend on the plan.
 
 Each config's check reads what the step did: the table's DESCRIBE DETAIL, the `__late` and
 `__pending` tables, the model's rows and change feed, the step's adapter response and step line,
@@ -26,6 +26,7 @@ import pytest
 from dbt.tests.util import run_dbt
 
 from dbt.adapters.streamsql.execution.commit import small_files
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.configs import MODEL_CONFIGS
 from tests.functional.test_incremental_view_basics import by_name
 from tests.functional.test_side_tables_and_run_sql import SOURCES
@@ -66,6 +67,7 @@ CONFIGS = {
         "watermark": ({"ts": "INTERVAL 30 MINUTES"}, {"ts": "INTERVAL 45 MINUTES"}),
         "append_only": (True, True),
         "strategy": ("recompute", "recompute"),
+        "pending_retention": ("forever", "1 day"),
     },
 }
 
@@ -231,6 +233,16 @@ class TestConfigsReachTheStep:
         assert query(f"select step from {waterline}") == [(2,)]
         notes = by_name(steps[1], name("lin", route)).adapter_response["notes"]
         assert f"removed 1 row(s) of {waterline} older than 0 seconds" in notes, notes
+
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_pending_retention(self, project, steps, route):
+        # a retention keeps the clean-ups' [step, time] in the step record (cleanup.py); forever
+        # keeps none, as nothing released is ever deleted
+        table = self.table(project, "wm", route)
+        history = project.run_sql(f"describe history {table}", fetch="all")
+        records = [StepRecord.from_json(row.asDict()["userMetadata"]) for row in history]
+        first = next(r for r in records if r is not None and r.step == 1)
+        assert [c[0] for c in first.cleanups] == ([0] if route == "config" else []), first
 
     @pytest.mark.parametrize("route", ROUTES)
     def test_compact_files(self, project, steps, route):

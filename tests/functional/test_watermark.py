@@ -101,3 +101,60 @@ class TestWatermarkRecompute(TestWatermark):
     """The same steps, each a recompute of the query (`strategy: recompute`)."""
 
     strategy = "recompute"
+
+
+HELD = """
+{{ config(materialized='incremental_view', watermark={'seq': '10'}) }}
+select seq, label from {{ var('source') }}
+"""
+HELD_BRIEFLY = """
+{{ config(materialized='incremental_view', watermark={'seq': '10'},
+          pending_retention='0 seconds') }}
+select seq, label from {{ var('source') }}
+"""
+
+
+class TestPendingRetention:
+    """pending_retention: released `__pending` rows go once released longer ago (at every step
+    for 0 seconds; 30 days by default); held ones stay, and the model is the same either way."""
+
+    @pytest.fixture(scope="class")
+    def source(self, project):
+        table = f"{project.test_schema}.ticks"
+        project.run_sql(f"create or replace table {table} (seq bigint, label string)")
+        return table
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"held.sql": HELD, "held_briefly.sql": HELD_BRIEFLY}
+
+    def test_released_rows_go_after_the_retention_and_held_ones_stay(self, project, source):
+        schema = project.test_schema
+        notes = {}
+        for values in ("(100, 'a'), (105, 'b')", "(112, 'c')", "(130, 'd')"):
+            project.run_sql(f"insert into {source} values {values}")
+            results = run_dbt(["run", "--vars", f"{{source: {source}}}"])
+            notes = {r.node.name: r.adapter_response["notes"] or [] for r in results}
+        pending = "select seq, _streamsql_held_step, _streamsql_released_step from {}__pending"
+        # 'a' released by step 2, 'b' and 'c' by step 3, 'd' held
+        assert _rows(project, pending.format(f"{schema}.held")) == [
+            (100, 1, 2),
+            (105, 1, 3),
+            (112, 2, 3),
+            (130, 3, None),
+        ]
+        # step 3 first deleted what step 2 released; what step 3 released waits for step 4
+        assert _rows(project, pending.format(f"{schema}.held_briefly")) == [
+            (105, 1, 3),
+            (112, 2, 3),
+            (130, 3, None),
+        ]
+        removed = f"removed 1 row(s) of {schema}.held_briefly__pending released over 0 seconds ago"
+        assert removed in notes["held_briefly"], notes
+        assert not any("removed" in note for note in notes["held"]), notes
+        for name in ("held", "held_briefly"):
+            assert _rows(project, f"select * from {schema}.{name}") == [
+                (100, "a"),
+                (105, "b"),
+                (112, "c"),
+            ], name

@@ -106,3 +106,57 @@ def test_nothing_to_clean_without_lateness_or_with_forever(lateness, retention):
     session.append_to("demo.events")
     run_step(session, settings, PROJECTED)
     assert deletes(session) == []
+
+
+def watermarked(clock, **configs):
+    session = new_session(("demo.events", EVENTS))
+    session.column_types["ts"] = "timestamp"
+    settings = model("wm", watermark={"ts": "INTERVAL 10 MINUTES"}, **configs)
+    run_step(session, settings, PROJECTED)
+    return session, settings
+
+
+def wm_record(session) -> StepRecord:
+    records = [StepRecord.from_json(c["userMetadata"]) for c in session.commits("demo.wm")]
+    return [r for r in records if r is not None][-1]
+
+
+def test_released_pending_rows_go_once_their_release_is_beyond_the_retention(monkeypatch):
+    """Without LATENESS too. `__pending` has no release time: the record's `cleanups` say which
+    steps had completed by when, and rows released by steps completed beyond the retention go."""
+    clock = [1_000_000.0]
+    monkeypatch.setattr(cleanup, "time", SimpleNamespace(time=lambda: clock[0]))
+    session, settings = watermarked(clock, pending_retention=3600.0)
+    assert wm_record(session).cleanups == [[0, 1_000_000.0]]  # the clock starts
+    expected = []
+    for release in (0, 1):  # steps 2 and 3, an hour apart
+        clock[0] += 3600.0
+        session.append_to("demo.events")
+        start = len(session.statements)
+        run_step(session, settings, PROJECTED)
+        delete = f"DELETE FROM `demo`.`wm__pending` WHERE _streamsql_released_step <= {release}"
+        assert deletes(session, start) == [delete]
+        expected.append(delete)
+        # before the model's write
+        write = next(
+            i
+            for i, s in enumerate(session.statements)
+            if i > start and s.startswith(("INSERT INTO `demo`.`wm`", "MERGE INTO `demo`.`wm`"))
+        )
+        assert session.statements.index(delete, start) < write
+    # the older clean-up beyond the retention is dropped: the newer one stands for it
+    assert wm_record(session).cleanups == [[1, 1_003_600.0], [2, 1_007_200.0]]
+    assert deletes(session) == expected
+
+
+def test_forever_keeps_released_rows_and_starts_no_clean_up_clock(monkeypatch):
+    clock = [1_000_000.0]
+    monkeypatch.setattr(cleanup, "time", SimpleNamespace(time=lambda: clock[0]))
+    session, settings = watermarked(clock, pending_retention=None)
+    assert wm_record(session).cleanups == []
+    for _ in range(2):
+        clock[0] += 2 * 86400.0
+        session.append_to("demo.events")
+        run_step(session, settings, PROJECTED)
+    assert deletes(session) == []
+    assert wm_record(session).cleaned_at == 1_000_000.0  # nothing to clean: the clock stays

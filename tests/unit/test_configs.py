@@ -31,6 +31,7 @@ SET_VALUES = {
     "on_schema_change": "append_new_columns",
     "unique_key": ["id", "day"],
     "waterline_retention": "interval 7 days",
+    "pending_retention": "2 days",
     "compact_files": False,
 }
 
@@ -66,6 +67,7 @@ def test_every_config_the_step_reads_reaches_the_model_settings():
     forever = configs.model_settings("m", "demo", {"waterline_retention": "forever"}, False)
     assert forever.waterline_retention is None
     assert default.compact_files and not model.compact_files
+    assert model.pending_retention == 2 * 86400 and default.pending_retention == 30 * 86400
 
 
 def test_the_defaults_are_the_model_settings_defaults():
@@ -105,6 +107,7 @@ def test_the_adapter_hands_every_config_to_the_step():
         ("waterline_retention", "-1 day", "is not a retention"),
         ("waterline_retention", 30, "is not a retention"),
         ("compact_files", "off", "is not a boolean"),
+        ("pending_retention", "soon", "is not a retention"),
     ],
 )
 def test_a_value_the_step_cannot_obey_names_the_model_and_the_config(name, value, message):

@@ -36,6 +36,7 @@ RECORD = os.environ.get("STREAMSQL_RECORD_SQL") == "1"
 RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
 # times in the step record (when the step started, when its side tables were last cleaned)
 CLOCKS = re.compile(r'"(started_at|cleaned_at)":[0-9.e+]+')
+CLEANUP_TIMES = re.compile(r"(\[\d+,)[0-9.e+]+\]")  # the `cleanups` pairs [step, time]
 
 
 def compare(name: str, found: Any) -> None:
@@ -73,7 +74,10 @@ def normalized(statements: List[str]) -> List[str]:
     def mark(match: "re.Match[str]") -> str:
         return marks.setdefault(match.group(0), f"<run {len(marks)}>")
 
-    return [CLOCKS.sub(r'"\1":0', RUN_ID.sub(mark, s)) for s in statements]
+    return [
+        CLEANUP_TIMES.sub(r"\g<1>0]", CLOCKS.sub(r'"\1":0', RUN_ID.sub(mark, s)))
+        for s in statements
+    ]
 
 
 def traced(session: FakeSqlSession) -> List[str]:

@@ -52,6 +52,7 @@ class StreamSQLConfig(SparkConfig):
     tblproperties: Optional[Dict[str, str]] = None
     strategy: Optional[str] = None
     waterline_retention: Optional[str] = None
+    pending_retention: Optional[str] = None
     compact_files: Optional[bool] = None
 
 

@@ -59,6 +59,8 @@ class ModelSettings:
     strategy: str = "auto"
     # How long rows stay in `__waterline`, in seconds; None: for ever (cleanup.py)
     waterline_retention: Optional[float] = 30 * 86400.0
+    # How long `__pending` keeps the rows a step released, in seconds; None: for ever
+    pending_retention: Optional[float] = 30 * 86400.0
     # Whether a step compacts the model's table and side tables when small files pile up
     # (small_files.py)
     compact_files: bool = True

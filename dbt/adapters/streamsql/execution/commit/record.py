@@ -109,6 +109,10 @@ class StepRecord:
     # When the model's side tables were last cleaned of rows beyond their retention, in
     # seconds since the epoch (cleanup.py); None before the first clean-up clock started.
     cleaned_at: Optional[float] = None
+    # [step, at] per clean-up within the longest retention of released `__pending` rows: every
+    # step up to `step` had completed at `at` (cleanup.py), so what those steps released may go
+    # once `at` is beyond the retention.
+    cleanups: List[List[float]] = field(default_factory=list)
 
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
@@ -132,6 +136,7 @@ class StepRecord:
             columns=[list(c) for c in self.columns],
             emit_final=self.emit_final,
             cleaned_at=self.cleaned_at,
+            cleanups=[list(c) for c in self.cleanups],
         )
 
     def same_sql(self, sql: str) -> bool:
