@@ -4,10 +4,12 @@ Every step adds a file or two to the model's table and to `__late`, `__waterline
 `__pending`: a view stepped every five minutes would hold 100,000 files after a year, and each
 read after a commit lists them all (under about 50 files Delta keeps the list in the version's
 checksum; above, it is rebuilt from the log). So every COMPACT_CHECK_EVERY-th step first reads
-each table's file count from its version's checksum (no Spark job), and a table holding more than
-COMPACT_ABOVE_FILES files, most of them small, gets an `OPTIMIZE` that packs its files under
-SMALL_FILE_BYTES into files of up to PACKED_FILE_BYTES. A table thus holds at most about
-COMPACT_ABOVE_FILES files plus what ten steps add. The state tables have their own rewrite
+each table's file count and size from its version's checksum (no Spark job), and a table holding
+more than COMPACT_ABOVE_FILES files averaging under SMALL_FILE_BYTES gets an `OPTIMIZE` that
+packs its files under SMALL_FILE_BYTES into files of up to PACKED_FILE_BYTES. A table of small
+files thus holds at most about COMPACT_ABOVE_FILES files plus what ten steps add. (A table of
+large files with small ones among them is compacted once the small ones bring the average
+under SMALL_FILE_BYTES.) The state tables have their own rewrite
 (tables.compact_state_tables).
 
 `OPTIMIZE` changes no row: its commit is marked as no data change, so the change feed, the
@@ -61,7 +63,7 @@ def compact_small_files(ctx: StepContext, rules: EventTimeRules, step: StepState
         if files is None or files <= COMPACT_ABOVE_FILES:
             continue
         if size is not None and size >= files * SMALL_FILE_BYTES:
-            continue  # mostly large files: nothing an OPTIMIZE would gain
+            continue  # large files on average: little for an OPTIMIZE to gain
         started = time.time()
         settings = [
             ("spark.databricks.delta.optimize.minFileSize", str(SMALL_FILE_BYTES)),
@@ -69,7 +71,7 @@ def compact_small_files(ctx: StepContext, rules: EventTimeRules, step: StepState
         ]
         table = ctx.model.table(suffix)
         try:
-            with ctx.role(f"compact {table}: {files} files, most of them small"):
+            with ctx.role(f"compact {table}: {files} files, averaging under 32 MB"):
                 with_settings(ctx, settings, lambda: ctx.session.run(f"OPTIMIZE {table}"))
         except Exception as exc:  # a conflicting commit: the next check tries again
             first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
