@@ -16,13 +16,15 @@ def _rows(project, sql):
     return sorted(tuple(row) for row in project.run_sql(sql, fetch="all"))
 
 
-class TestWatermark:
+class TicksSource:
     @pytest.fixture(scope="class")
     def source(self, project):
         table = f"{project.test_schema}.ticks"
         project.run_sql(f"create or replace table {table} (seq bigint, label string)")
         return table
 
+
+class TestWatermark(TicksSource):
     @pytest.fixture(scope="class")
     def models(self):
         return {"ticks_view.sql": MODEL}
@@ -114,15 +116,9 @@ select seq, label from {{ var('source') }}
 """
 
 
-class TestPendingRetention:
+class TestPendingRetention(TicksSource):
     """pending_retention: released `__pending` rows go once released longer ago (at every step
     for 0 seconds; 30 days by default); held ones stay, and the model is the same either way."""
-
-    @pytest.fixture(scope="class")
-    def source(self, project):
-        table = f"{project.test_schema}.ticks"
-        project.run_sql(f"create or replace table {table} (seq bigint, label string)")
-        return table
 
     @pytest.fixture(scope="class")
     def models(self):

@@ -19,16 +19,18 @@ def deletes(session, since: int = 0):
     return [s for s in session.statements[since:] if s.startswith("DELETE FROM")]
 
 
-def stepped(**configs):
+def stepped(name: str = "lw", event_time=None, **configs):
+    """The first step of model `name` (LATENESS on `ts`, unless `event_time` says otherwise)."""
     session = new_session(("demo.events", EVENTS))
     session.column_types["ts"] = "timestamp"
-    settings = model("lw", lateness={"ts": "INTERVAL 1 HOUR"}, **configs)
+    rules = event_time or {"lateness": {"ts": "INTERVAL 1 HOUR"}}
+    settings = model(name, **rules, **configs)
     run_step(session, settings, PROJECTED)
     return session, settings
 
 
-def last_record(session) -> StepRecord:
-    records = [StepRecord.from_json(c["userMetadata"]) for c in session.commits("demo.lw")]
+def last_record(session, table: str = "demo.lw") -> StepRecord:
+    records = [StepRecord.from_json(c["userMetadata"]) for c in session.commits(table)]
     return [r for r in records if r is not None][-1]
 
 
@@ -108,17 +110,12 @@ def test_nothing_to_clean_without_lateness_or_with_forever(lateness, retention):
     assert deletes(session) == []
 
 
-def watermarked(clock, **configs):
-    session = new_session(("demo.events", EVENTS))
-    session.column_types["ts"] = "timestamp"
-    settings = model("wm", watermark={"ts": "INTERVAL 10 MINUTES"}, **configs)
-    run_step(session, settings, PROJECTED)
-    return session, settings
+def watermarked(**configs):
+    return stepped("wm", {"watermark": {"ts": "INTERVAL 10 MINUTES"}}, **configs)
 
 
 def wm_record(session) -> StepRecord:
-    records = [StepRecord.from_json(c["userMetadata"]) for c in session.commits("demo.wm")]
-    return [r for r in records if r is not None][-1]
+    return last_record(session, "demo.wm")
 
 
 def test_released_pending_rows_go_once_their_release_is_beyond_the_retention(monkeypatch):
@@ -126,7 +123,7 @@ def test_released_pending_rows_go_once_their_release_is_beyond_the_retention(mon
     steps had completed by when, and rows released by steps completed beyond the retention go."""
     clock = [1_000_000.0]
     monkeypatch.setattr(cleanup, "time", SimpleNamespace(time=lambda: clock[0]))
-    session, settings = watermarked(clock, pending_retention=3600.0)
+    session, settings = watermarked(pending_retention=3600.0)
     assert wm_record(session).cleanups == [[0, 1_000_000.0]]  # the clock starts
     expected = []
     for release in (0, 1):  # steps 2 and 3, an hour apart
@@ -152,7 +149,7 @@ def test_released_pending_rows_go_once_their_release_is_beyond_the_retention(mon
 def test_forever_keeps_released_rows_and_starts_no_clean_up_clock(monkeypatch):
     clock = [1_000_000.0]
     monkeypatch.setattr(cleanup, "time", SimpleNamespace(time=lambda: clock[0]))
-    session, settings = watermarked(clock, pending_retention=None)
+    session, settings = watermarked(pending_retention=None)
     assert wm_record(session).cleanups == []
     for _ in range(2):
         clock[0] += 2 * 86400.0

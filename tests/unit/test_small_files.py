@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dbt.adapters.streamsql.execution.commit import small_files
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from tests.unit.test_cleanup import PROJECTED
-from tests.unit.test_step import EVENTS, model, new_session, run_step
+from tests.unit.test_cleanup import PROJECTED, stepped
+from tests.unit.test_step import run_step
 
 MB = 1024 * 1024
 
@@ -28,15 +28,8 @@ def step_until(session, settings, number: int):
         result = run_step(session, settings, PROJECTED)
 
 
-def lateness_model(**configs):
-    session = new_session(("demo.events", EVENTS))
-    session.column_types["ts"] = "timestamp"
-    settings = model("lw", lateness={"ts": "INTERVAL 1 HOUR"}, **configs)
-    return session, settings
-
-
 def test_every_tenth_step_compacts_each_table_past_the_limit_before_the_steps_writes():
-    session, settings = lateness_model()
+    session, settings = stepped()
     many = small_files.COMPACT_ABOVE_FILES + 1
     step_until(session, settings, 9)
     for name in ("demo.lw", "demo.lw__waterline"):
@@ -72,7 +65,7 @@ def test_every_tenth_step_compacts_each_table_past_the_limit_before_the_steps_wr
 
 def test_large_files_the_config_off_and_other_steps_leave_the_files_alone():
     for configs, size in (({}, 40 * 32 * MB), ({"compact_files": False}, 1000)):
-        session, settings = lateness_model(**configs)
+        session, settings = stepped(**configs)
         step_until(session, settings, 10)
         session.tables["demo.lw"].num_files = 40
         session.tables["demo.lw"].size_bytes = size
@@ -82,7 +75,7 @@ def test_large_files_the_config_off_and_other_steps_leave_the_files_alone():
 
 
 def test_a_failed_compaction_is_reported_and_the_step_goes_on():
-    session, settings = lateness_model()
+    session, settings = stepped()
     step_until(session, settings, 10)
     session.tables["demo.lw"].num_files = 40
     session.fail_on = ("OPTIMIZE", "ConcurrentAppendException: files were added\nat ...")
