@@ -4,8 +4,7 @@ an OPTIMIZE, where it runs in the step, and what the step line says; without Spa
 from __future__ import annotations
 
 from dbt.adapters.streamsql.execution.commit import small_files
-from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from tests.unit.test_cleanup import PROJECTED, stepped
+from tests.unit.test_cleanup import PROJECTED, last_record, stepped
 from tests.unit.test_step import run_step
 
 MB = 1024 * 1024
@@ -18,14 +17,10 @@ def optimizes(session, since: int = 0):
 def step_until(session, settings, number: int):
     """Steps the model until its step `number` is next; the last step's result."""
     result = None
-    while True:
-        commits = session.commits("demo.lw") if "demo.lw" in session.tables else []
-        records = [StepRecord.from_json(c["userMetadata"]) for c in commits]
-        done = max((r.step for r in records if r is not None), default=0)
-        if done == number - 1:
-            return result
+    while last_record(session).step < number - 1:
         session.append_to("demo.events")
         result = run_step(session, settings, PROJECTED)
+    return result
 
 
 def test_every_tenth_step_compacts_each_table_past_the_limit_before_the_steps_writes():
