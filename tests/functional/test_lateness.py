@@ -218,6 +218,98 @@ class TestSmallFiles(LatenessProject):
         assert _rows(project, f"select location from {schema}.kept__late") == [("late",)]
 
 
+HOURLY = """
+{{{{ config(materialized='incremental_view', lateness={{'window_start': 'INTERVAL 1 HOUR'}},
+            final_state_retention={retention}) }}}}
+select window(ts, '1 hour').start as window_start, count(*) as n, sum(length(location)) as size
+from {{{{ var('source') }}}} group by window(ts, '1 hour')
+"""
+
+
+class TestFinalStateDropped(LatenessProject):
+    """final_state_retention: a compaction of an aggregate's state drops the groups that are
+    final and further below the waterline than the retention (here after three appends); a
+    late change to one of them recomputes the model, and writes to `__late` exactly what the
+    same model keeping every group's state writes."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "hourly.sql": HOURLY.format(retention="{'window_start': 'INTERVAL 1 HOUR'}"),
+            "hourly_kept.sql": HOURLY.format(retention="'forever'"),
+        }
+
+    def test_dropped_state_changes_no_row_and_no_quarantined_change(
+        self, project, source, monkeypatch
+    ):
+        from dbt.adapters.streamsql.execution.commit import tables
+
+        monkeypatch.setattr(tables, "COMPACT_AFTER_STEPS", 3)
+        schema = project.test_schema
+        hour = "2024-01-01 {:02d}:{:02d}:00".format
+
+        def step(*rows):
+            _insert(project, source, rows)
+            results = run_dbt(["run", "--vars", f"{{source: {source}}}"])
+            responses = {r.node.name: r.adapter_response for r in results}
+            for name in ("", "__late"):  # the model and its quarantine, with and without state
+                extra = ", _streamsql_step, _streamsql_change" if name else ""
+                kept, dropped = (
+                    sorted(
+                        _rows(
+                            project, f"select window_start, n, size{extra} from {schema}.{m}{name}"
+                        )
+                    )
+                    for m in ("hourly_kept", "hourly")
+                )
+                assert dropped == kept, name
+            return responses["hourly"]
+
+        def groups():
+            state = f"{schema}.hourly__streamsql_state"
+            rows = _rows(project, f"select _streamsql_g0.start from {state}")
+            return sorted({str(row[0])[11:16] for row in rows})
+
+        # the waterline is on window_start: the largest window's start minus an hour
+        step(*[(hour(h, 10), "a") for h in range(5)])  # W(1) = 03:00
+        step((hour(5, 10), "bb"), (hour(6, 30), "c"))  # W(2) = 05:00
+        step((hour(6, 40), "d"))
+        step((hour(6, 35), "e"))  # the state's third append since its first write
+        # compacted first: the state of groups below 05:00 - 1 hour goes; a late row of a
+        # final group whose state is kept (the group at that line) takes the fast path
+        fifth = step((hour(4, 20), "late"))
+        assert groups() == ["04:00", "05:00", "06:00"]
+        assert any(
+            n.startswith(f"dropped the state of final groups (window_start below {hour(4, 0)})")
+            for n in fifth["notes"]
+        ), fifth["notes"]
+        assert (fifth["computed"], fifth["late"]) == ("aggregate", 2), fifth
+        # a late row of a group whose state went: the step recomputes, exactly
+        sixth = step((hour(1, 20), "later"))
+        assert (sixth["computed"], sixth["late"]) == ("recompute", 2), sixth
+        assert any("whose state was dropped (window_start below" in n for n in sixth["notes"])
+        # the recompute rebuilt every group's state: the next late row needs no recompute
+        seventh = step((hour(2, 20), "latest"))
+        assert (seventh["computed"], seventh["late"]) == ("aggregate", 2), seventh
+        quarantined = _rows(
+            project,
+            f"select window_start, n, _streamsql_step, _streamsql_change "
+            f"from {schema}.hourly__late",
+        )
+        assert sorted((str(w)[11:16], n, s, c) for w, n, s, c in quarantined) == [
+            ("01:00", 1, 6, "delete"),
+            ("01:00", 2, 6, "insert"),
+            ("02:00", 1, 7, "delete"),
+            ("02:00", 2, 7, "insert"),
+            ("04:00", 1, 5, "delete"),
+            ("04:00", 2, 5, "insert"),
+        ]
+        model = _rows(project, f"select window_start, n from {schema}.hourly")
+        assert sorted((str(w)[11:16], n) for w, n in model) == [
+            (f"{h:02d}:00", 3 if h == 6 else 1) for h in range(7)
+        ]
+
+
 DECODED_PURCHASE = """
 {{ config(materialized='incremental_view', lateness={'date_time': 'INTERVAL 1 HOUR'}) }}
 select cast(date_time as timestamp) as date_time, credit_card, amount from {{ var('source') }}
@@ -350,6 +442,10 @@ select current_date() as day, id from {{ var('source') }}""",
     "not_constant.sql": """
 {{ config(materialized='incremental_view', lateness={'id': 'id + 1'}) }}
 select id from {{ var('source') }}""",
+    "state_wrong_type.sql": """
+{{ config(materialized='incremental_view', lateness={'id': '10'},
+          final_state_retention={'id': 'INTERVAL 1 HOUR'}) }}
+select id, count(*) as n from {{ var('source') }} group by id""",
     "wrong_type.sql": """
 {{ config(materialized='incremental_view', lateness={'label': 'INTERVAL 1 HOUR'}) }}
 select id, label from {{ var('source') }}""",
@@ -377,6 +473,11 @@ class TestBadLatenessConfig:
             ),
             ("not_constant", "is not a constant expression"),
             ("wrong_type", "cannot be subtracted from column label of type string"),
+            (
+                "state_wrong_type",
+                "config final_state_retention[id] = 'INTERVAL 1 HOUR' cannot be subtracted "
+                "from column id of type bigint",
+            ),
         ],
     )
     def test_fails_before_writing_anything(self, project, source, model, message):

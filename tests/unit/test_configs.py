@@ -20,6 +20,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 SET_VALUES = {
     "lateness": {"ts": "INTERVAL 1 HOUR"},
     "max_future": {"ts": "INTERVAL 1 DAY"},
+    "final_state_retention": {"ts": "INTERVAL 1 DAY"},
     "watermark": {"ts": "INTERVAL 10 MINUTES"},
     "emit_final": True,
     "strategy": "recompute",
@@ -108,6 +109,7 @@ def test_the_adapter_hands_every_config_to_the_step():
         ("waterline_retention", 30, "is not a retention"),
         ("compact_files", "off", "is not a boolean"),
         ("pending_retention", "soon", "is not a retention"),
+        ("final_state_retention", ["1 day"], "is neither a map of lateness columns"),
     ],
 )
 def test_a_value_the_step_cannot_obey_names_the_model_and_the_config(name, value, message):

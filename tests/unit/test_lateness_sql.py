@@ -139,3 +139,71 @@ def test_final_groups_are_those_below_the_waterline_of_a_column_the_group_decide
     assert late.open_groups(rule, start, "2024-01-01 10:00:00", ["2024-01-01 07:00:00"]).endswith(
         f" OR ({start}) IN (CAST('2024-01-01 07:00:00' AS timestamp)))"
     )
+
+
+@pytest.mark.parametrize(
+    "final_state, kept",
+    [
+        (None, {"ts": "INTERVAL 1 HOUR", "seq": "1000"}),  # by default: the lateness
+        ({"ts": "INTERVAL 1 DAY"}, {"ts": "INTERVAL 1 DAY", "seq": "1000"}),
+        ({"TS": "forever"}, {"ts": None, "seq": "1000"}),
+        ({"*": "Forever"}, {"ts": None, "seq": None}),
+        ({"*": "0", "ts": "INTERVAL 0 HOURS"}, {"ts": "INTERVAL 0 HOURS", "seq": "0"}),
+    ],
+)
+def test_final_state_retention_per_column_defaults_to_the_lateness(final_state, kept):
+    lateness = {"ts": "INTERVAL 1 HOUR", "seq": "1000"}
+    rules = late.lateness_rules("m", COLS, lateness, {}, final_state)
+    assert {r.column.name: r.state_kept for r in rules} == kept
+
+
+@pytest.mark.parametrize(
+    "final_state, message",
+    [
+        ({"seq": "10"}, "final_state_retention names 'seq', which has no lateness"),
+        ({"ts": "seq - 1"}, "final_state_retention[ts] = 'seq - 1' is not a constant"),
+        ({"*": "(select 1)"}, "final_state_retention = '(select 1)' is not a constant"),
+        ({"when": "1"}, "names column 'when', which the model does not have"),
+    ],
+)
+def test_a_bad_final_state_retention_names_the_model_and_the_fix(final_state, message):
+    with pytest.raises(late.LatenessConfigError, match="Model m: ") as error:
+        late.lateness_rules("m", COLS, {"ts": "INTERVAL 1 HOUR"}, {}, final_state)
+    assert message in str(error.value)
+
+
+def test_the_state_line_is_the_waterline_minus_the_retention_and_never_moves_down():
+    (rule,) = late.lateness_rules(
+        "m", COLS, {"ts": "INTERVAL 1 HOUR"}, {}, {"ts": "INTERVAL 2 HOURS"}
+    )
+    first = rule.state_line("2024-01-01 10:00:00", None)
+    assert first == (
+        "CAST(CAST(CAST('2024-01-01 10:00:00' AS timestamp) - (INTERVAL 2 HOURS) AS timestamp) "
+        "AS STRING)"
+    )
+    later = rule.state_line("2024-01-01 11:00:00", "2024-01-01 08:00:00")
+    assert later.startswith("CAST(greatest(CAST('2024-01-01 08:00:00' AS timestamp), CAST(")
+    for statement in (first, later):
+        sqlglot.parse_one(f"SELECT {statement}", read="spark")
+
+
+def test_a_compaction_that_drops_final_groups_keeps_the_boundary_and_null_groups():
+    from dbt.adapters.streamsql.execution.engine import statements as sql
+
+    (rule,) = late.lateness_rules("m", COLS, {"ts": "INTERVAL 1 HOUR"}, {})
+    keys = [Column("_streamsql_g0", "struct<start:timestamp,end:timestamp>")]
+    state = keys + [Column("_streamsql_count", "bigint")]
+    keep = late.open_groups(rule, "_streamsql_grp._streamsql_g0.start", "2024-01-01 09:00:00")
+    statement = sql.compact_state("s.m__streamsql_state", 7, keys, state, keys, keep)
+    sqlglot.parse_one(statement, read="spark")
+    # a group at the line itself is kept (a change to it is not late), as are NULL groups
+    assert (
+        "AS _streamsql_grp WHERE ((_streamsql_grp._streamsql_g0.start) >= "
+        "CAST('2024-01-01 09:00:00' AS timestamp) OR (_streamsql_grp._streamsql_g0.start) IS NULL)"
+    ) in statement
+    assert (
+        "WHERE"
+        not in sql.compact_state("s.m__streamsql_state", 7, keys, state, keys).split(
+            "_streamsql_latest._streamsql_count > 0"
+        )[1]
+    )

@@ -45,6 +45,7 @@ class StreamSQLConfig(SparkConfig):
     lateness: Optional[Dict[str, str]] = None
     watermark: Optional[Dict[str, str]] = None
     max_future: Optional[Dict[str, str]] = None
+    final_state_retention: Optional[Union[Dict[str, str], str]] = None
     append_only: Optional[bool] = None
     emit_final: Optional[bool] = None
     unique_key: Optional[Union[List[str], str]] = None

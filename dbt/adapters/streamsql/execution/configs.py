@@ -153,6 +153,22 @@ def _retention(default: Optional[str]) -> Callable[[str, str, Any], Optional[flo
     return parse
 
 
+def _final_state(model: str, name: str, value: Any) -> Dict[str, Any]:
+    """final_state_retention: a map of lateness column -> constant expression or `forever`, or
+    one of those for every lateness column (under the key "*")."""
+    if value is None or value == "" or value == {}:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return {"*": str(value)}
+    raise ConfigError(
+        f"Model {model}: config {name} = {value!r} is neither a map of lateness columns to "
+        f"constant expressions nor one expression. Write e.g. {name}={{'ts': 'INTERVAL 1 DAY'}}, "
+        f"or {name}='forever' to keep the state of every group."
+    )
+
+
 @dataclass(frozen=True)
 class ConfigSpec:
     """One config an incremental_view model obeys."""
@@ -176,6 +192,14 @@ MODEL_CONFIGS: Tuple[ConfigSpec, ...] = (
     ConfigSpec("materialized", "string", "", DBT),
     ConfigSpec("lateness", COLUMN_MAP, "none", NEXT_STEP, "lateness", _column_map),
     ConfigSpec("max_future", COLUMN_MAP, "none", NEXT_STEP, "max_future", _column_map),
+    ConfigSpec(
+        "final_state_retention",
+        f"{COLUMN_MAP} or `forever`, or one for all",
+        "the column's `lateness`",
+        NEXT_STEP,
+        "final_state_retention",
+        _final_state,
+    ),
     ConfigSpec("watermark", COLUMN_MAP, "none", NEXT_STEP, "watermark", _column_map),
     ConfigSpec("emit_final", "boolean", "`false`", TABLE_BUILT, "emit_final", _boolean),
     ConfigSpec(

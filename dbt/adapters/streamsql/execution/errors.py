@@ -11,3 +11,8 @@ class StepError(Exception):
 
 class InjectedFault(Exception):
     """Raised at a named point of a step when the test-only fault switch asks for it."""
+
+
+class DroppedStateReached(Exception):
+    """A late change reached final groups whose state a compaction dropped: the step is taken
+    again as a recompute (lost_history.py), which needs no state. The message is the reason."""

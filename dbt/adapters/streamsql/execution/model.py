@@ -48,6 +48,9 @@ class ModelSettings:
     lateness: Mapping[str, Any] = field(default_factory=dict)
     max_future: Mapping[str, Any] = field(default_factory=dict)
     watermark: Mapping[str, Any] = field(default_factory=dict)
+    # How far below the waterline an aggregate keeps final groups' state, per lateness column
+    # ("*": every column; lateness.lateness_rules); a column not named: its lateness
+    final_state_retention: Mapping[str, Any] = field(default_factory=dict)
     # an aggregate holds only final groups, each inserted once (emit_final.py)
     emit_final: bool = False
     # dbt's on_schema_change (schema.py) and unique_key (keys.py)

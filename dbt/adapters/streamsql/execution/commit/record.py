@@ -113,6 +113,10 @@ class StepRecord:
     # step up to `step` had completed at `at` (cleanup.py), so what those steps released may go
     # once `at` is beyond the retention.
     cleanups: List[List[float]] = field(default_factory=list)
+    # Per lateness column: the top aggregate's state table holds no final group below this
+    # value (as a string, like a waterline): a compaction dropped them (tables.py). A step
+    # whose change reaches such a group recomputes the model (aggregate_state.py).
+    state_dropped_below: Dict[str, str] = field(default_factory=dict)
 
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
@@ -137,6 +141,7 @@ class StepRecord:
             emit_final=self.emit_final,
             cleaned_at=self.cleaned_at,
             cleanups=[list(c) for c in self.cleanups],
+            state_dropped_below=dict(self.state_dropped_below),
         )
 
     def same_sql(self, sql: str) -> bool:

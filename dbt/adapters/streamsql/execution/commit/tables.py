@@ -10,7 +10,7 @@ again.
 
 from __future__ import annotations
 
-from typing import List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit import side_tables as side
 from dbt.adapters.streamsql.execution.commit.record import (
@@ -29,6 +29,7 @@ from dbt.adapters.streamsql.execution.pipeline.inputs import (
     describe_query,
     describe_views,
 )
+from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import AggregatePlan, Column, StepPlan
 
 STATE_LAYOUT = "log"  # how state tables keep their rows (progress.StepRecord.state_layout)
@@ -252,29 +253,89 @@ def due_for_compaction(live: int, appended: int, steps: int) -> bool:
 
 
 def compact_state_tables(
-    ctx: StepContext, plan: StepPlan, previous: StepRecord, record: StepRecord
+    ctx: StepContext, plan: StepPlan, step: StepState, lateness: Sequence[late.LatenessRule] = ()
 ) -> None:
     """Rewrite each state table whose appended rows outnumber its live groups and
     COMPACT_MIN_ROWS (or that was appended to COMPACT_AFTER_STEPS times) as one row per live
     group, before the step reads it.
 
-    The state the table holds does not change (statements.compact_state), so this is safe at
-    any moment, a crash included; `record` (the step's) gets the table's new counts.
+    The top aggregate's rewrite also drops the groups that LATENESS made final long enough ago
+    (`dropped_groups`): the state any step can still need does not change, so this is safe at
+    any moment, a crash included (a step taken again rewrites the same way, from the same
+    record); the step's record gets the table's new counts and what was dropped, its result a
+    note.
     """
+    previous, record = step.previous, step.record
     for name, aggregate in state_aggregates(plan):
         live, appended, steps = previous.state_log.get(name, [0, 0, 0])
         if previous.step == 0 or not due_for_compaction(live, appended, steps):
             continue
         table = ctx.model.table(f"__streamsql_{name}")
         keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
+        keep, below = "", {}
+        if name == "state":
+            keep, below = dropped_groups(ctx, aggregate, lateness, previous)
         statement = sql.compact_state(
-            table, previous.step, keys, aggregate.state_columns, sql.time_first(keys)
+            table, previous.step, keys, aggregate.state_columns, sql.time_first(keys), keep
         )
-        with ctx.role(f"compact the state table {table}: one row per live group"):
+        role = "compact the state table {table}: one row per live group" + (
+            ", without the final groups far below the waterline" if keep else ""
+        )
+        with ctx.role(role.format(table=table)):
             with_settings(
                 ctx,
                 [("spark.sql.files.maxRecordsPerFile", "250000")],
                 lambda: ctx.session.run(statement),
             )
         written = ctx.delta_log.recent_commits(table, 1)[0]
-        record.state_log[name] = [int(written.metrics.get("numOutputRows", 0)), 0, 0]
+        kept = int(written.metrics.get("numOutputRows", 0))
+        record.state_log[name] = [kept, 0, 0]
+        if below:
+            record.state_dropped_below.update(below)
+            lines = ", ".join(f"{column} below {value}" for column, value in below.items())
+            step.result.notes.append(
+                f"dropped the state of final groups ({lines}) from {table}; {kept} group(s) kept"
+            )
+
+
+def dropped_groups(
+    ctx: StepContext,
+    aggregate: AggregatePlan,
+    lateness: Sequence[late.LatenessRule],
+    previous: StepRecord,
+) -> Tuple[str, Dict[str, str]]:
+    """Which groups a compaction of the top aggregate's state keeps, and the lines below which
+    it drops the others (per lateness column, as strings).
+
+    A group whose lateness column (a window start, a truncated hour) lies below the waterline is
+    final: every later change to it is late, and its state serves only to describe such a change
+    in `__late`. Its state is kept down to the waterline minus the rule's `state_kept` (config
+    final_state_retention, by default the lateness), then dropped: a step whose late change
+    reaches a dropped group recomputes the model instead (aggregate_state.changed_groups). The
+    line never moves down, even when the config shrinks the retention later."""
+    final = [
+        (rule, expression, waterline)
+        for rule, expression, waterline in late.final_group_columns(
+            lateness, previous.waterline, aggregate.group_outputs
+        )
+        if rule.state_kept is not None
+    ]
+    if not final:
+        return "", {}
+    lines = ", ".join(
+        f"{rule.state_line(waterline, previous.state_dropped_below.get(rule.column.name))} AS l{i}"
+        for i, (rule, _, waterline) in enumerate(final)
+    )
+    with ctx.role("the lines below which final groups' state is dropped"):
+        row = ctx.session.query(f"SELECT {lines}")[0]
+    below = {
+        rule.column.name: str(row[f"l{i}"])
+        for i, (rule, _, _) in enumerate(final)
+        if row[f"l{i}"] is not None
+    }
+    keep = " AND ".join(
+        late.open_groups(rule, expression, below[rule.column.name])
+        for rule, expression, _ in final
+        if rule.column.name in below
+    )
+    return keep, below

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from dbt.adapters.streamsql.planning.plan import COUNT, WEIGHT, Column, KeyBound
+from dbt.adapters.streamsql.planning.plan import COUNT, GROUP_ALIAS, WEIGHT, Column, KeyBound
 
 ACTION = "_streamsql_action"
 EXISTING = "_streamsql_existing"
@@ -471,14 +471,18 @@ def compact_state(
     group_columns: Sequence[Column],
     state_columns: Sequence[Column],
     order: Sequence[Column],
+    keep: str = "",
 ) -> str:
     """Rewrite a state table as one row per live group as of `step`, sorted like a first write.
 
     The state it holds does not change (`latest_state` of its rows up to `step` reads the
-    same before and after), so a reader at any moment sees the same state.
+    same before and after), so a reader at any moment sees the same state; except, with
+    `keep` (a predicate over a state row aliased GROUP_ALIAS), the groups it leaves out.
     """
     cols = column_list(state_columns)
     current = latest_state(state_through(state, step), group_columns, state_columns)
+    if keep:
+        current = f"SELECT * FROM ({current}) AS {GROUP_ALIAS} WHERE {keep}"
     return (
         f"INSERT OVERWRITE {state} ({cols}, {STEP}) SELECT {cols}, CAST({step} AS BIGINT) "
         f"FROM ({current}){order_by(order)}"

@@ -47,15 +47,37 @@ class LatenessConfigError(Exception):
     pass
 
 
+# config final_state_retention: a final group's state is kept for ever
+KEEP_FOREVER = "forever"
+
+
 @dataclass(frozen=True)
 class LatenessRule:
     column: Column
     lateness: str  # a constant Spark SQL expression
     max_future: Optional[str] = None
+    # How far below the waterline an aggregate keeps the state of final groups (config
+    # final_state_retention, a constant expression like `lateness`): "" for the lateness
+    # itself, None for ever.
+    final_state: Optional[str] = ""
 
     def literal(self, value: str) -> str:
         """A stored waterline (a string) as a value of the column's type."""
         return f"CAST('{value}' AS {self.column.data_type})"
+
+    @property
+    def state_kept(self) -> Optional[str]:
+        """How far below the waterline final groups' state is kept; None: for ever."""
+        return self.lateness if self.final_state == "" else self.final_state
+
+    def state_line(self, waterline: str, dropped_before: Optional[str]) -> str:
+        """SQL for the value below which a final group's state is dropped, given the
+        waterline: the waterline minus `state_kept`, never below an earlier line (as a string,
+        like a waterline)."""
+        line = f"CAST({self.literal(waterline)} - ({self.state_kept}) AS {self.column.data_type})"
+        if dropped_before is not None:
+            line = f"greatest({self.literal(dropped_before)}, {line})"
+        return f"CAST({line} AS STRING)"
 
 
 def constant_expression(text: str) -> bool:
@@ -75,32 +97,67 @@ def lateness_rules(
     output_columns: Sequence[Column],
     lateness: Optional[Mapping[str, object]],
     max_future: Optional[Mapping[str, object]],
+    final_state: Optional[Mapping[str, object]] = None,
 ) -> List[LatenessRule]:
-    """Rules from the model's config, checked for what can be checked without Spark."""
+    """Rules from the model's config, checked for what can be checked without Spark.
+
+    `final_state`: config final_state_retention, per column (the key EVERY_COLUMN for all)."""
     lateness = dict(lateness or {})
     max_future = dict(max_future or {})
-    for config_name, mapping in (("lateness", lateness), ("max_future", max_future)):
+    final_state = dict(final_state or {})
+    named_state = {k: v for k, v in final_state.items() if k != EVERY_COLUMN}
+    for config_name, mapping in (
+        ("lateness", lateness),
+        ("max_future", max_future),
+        ("final_state_retention", named_state),
+    ):
         for name, value in mapping.items():
             find_column(model, config_name, output_columns, str(name))
+            if config_name == "final_state_retention" and _forever(value):
+                continue
             if not constant_expression(str(value)):
                 raise LatenessConfigError(
                     f"Model {model}: config {config_name}[{name}] = {value!r} is not a constant "
                     'expression. Use a literal such as "INTERVAL 1 HOUR" or "1000".'
                 )
-    for name in max_future:
-        if str(name).lower() not in {str(k).lower() for k in lateness}:
-            raise LatenessConfigError(
-                f"Model {model}: config max_future names {name!r}, which has no lateness. "
-                "Declare lateness for that column too."
-            )
-    return [
-        LatenessRule(
-            find_column(model, "lateness", output_columns, str(name)),
-            str(value),
-            _lookup(max_future, str(name)),
+    every = final_state.get(EVERY_COLUMN)
+    if every is not None and not _forever(every) and not constant_expression(str(every)):
+        raise LatenessConfigError(
+            f"Model {model}: config final_state_retention = {every!r} is not a constant "
+            'expression. Use a literal such as "INTERVAL 1 DAY", or "forever".'
         )
-        for name, value in lateness.items()
-    ]
+    for config_name, mapping in (
+        ("max_future", max_future),
+        ("final_state_retention", named_state),
+    ):
+        for name in mapping:
+            if str(name).lower() not in {str(k).lower() for k in lateness}:
+                raise LatenessConfigError(
+                    f"Model {model}: config {config_name} names {name!r}, which has no "
+                    "lateness. Declare lateness for that column too."
+                )
+    rules = []
+    for name, value in lateness.items():
+        kept = _lookup(named_state, str(name))
+        if kept is None and every is not None:
+            kept = str(every)
+        rules.append(
+            LatenessRule(
+                find_column(model, "lateness", output_columns, str(name)),
+                str(value),
+                _lookup(max_future, str(name)),
+                None if kept is not None and _forever(kept) else (kept or ""),
+            )
+        )
+    return rules
+
+
+# final_state_retention as one value for every lateness column
+EVERY_COLUMN = "*"
+
+
+def _forever(value: object) -> bool:
+    return str(value).strip().lower() == KEEP_FOREVER
 
 
 def find_column(
@@ -124,9 +181,11 @@ def _lookup(mapping: Mapping[str, object], name: str) -> Optional[str]:
     return None
 
 
-def subtraction_check(rule: LatenessRule) -> str:
-    """DESCRIBE of `column - lateness`: it fails, or tells the type of the difference."""
-    return f"DESCRIBE QUERY SELECT CAST(NULL AS {rule.column.data_type}) - ({rule.lateness}) AS w"
+def subtraction_check(rule: LatenessRule, amount: Optional[str] = None) -> str:
+    """DESCRIBE of `column - lateness` (or `amount`): it fails, or tells the type of the
+    difference."""
+    subtracted = rule.lateness if amount is None else amount
+    return f"DESCRIBE QUERY SELECT CAST(NULL AS {rule.column.data_type}) - ({subtracted}) AS w"
 
 
 NUMERIC_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "decimal")
@@ -144,7 +203,9 @@ def type_family(data_type: str) -> str:
     return name
 
 
-def subtraction_error(rule: LatenessRule, difference_type: str) -> Optional[str]:
+def subtraction_error(
+    rule: LatenessRule, difference_type: str, amount: Optional[str] = None
+) -> Optional[str]:
     """Why `column - lateness` is not a value to compare the column with (None if it is).
 
     Spark will happily turn a string into a timestamp to subtract an interval from it; a
@@ -155,7 +216,8 @@ def subtraction_error(rule: LatenessRule, difference_type: str) -> Optional[str]
         return f"a {rule.column.data_type} column has no order that LATENESS can measure"
     if type_family(difference_type) != column_family:
         return (
-            f"{rule.column.data_type} - ({rule.lateness}) is a {difference_type}, "
+            f"{rule.column.data_type} - ({rule.lateness if amount is None else amount}) "
+            f"is a {difference_type}, "
             f"not a {rule.column.data_type}"
         )
     return None

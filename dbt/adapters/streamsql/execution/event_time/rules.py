@@ -40,7 +40,13 @@ def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> Even
     """The model's LATENESS and WATERMARK, checked before the step writes anything."""
     model = ctx.model
     try:
-        rules = late.lateness_rules(model.name, output_columns, model.lateness, model.max_future)
+        rules = late.lateness_rules(
+            model.name,
+            output_columns,
+            model.lateness,
+            model.max_future,
+            model.final_state_retention,
+        )
         held = wm.watermark_rules(model.name, output_columns, model.watermark)
     except late.LatenessConfigError as exc:
         raise StepError(str(exc)) from exc
@@ -59,22 +65,35 @@ def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> Even
                 f"{str(exc).splitlines()[0][:300]}"
             ) from exc
     for rule in rules:
-        try:
-            with ctx.role(
-                f"check lateness[{rule.column.name}]: the type of the column minus its lateness"
-            ):
-                described = ctx.session.query(late.subtraction_check(rule))
-            problem = late.subtraction_error(rule, described[0]["data_type"])
-        except Exception as exc:
-            problem = str(exc).splitlines()[0][:300]
-        if problem:
-            raise StepError(
-                f"Model {model.name}: config lateness[{rule.column.name}] = "
-                f"{rule.lateness!r} cannot be subtracted from column {rule.column.name} of "
-                f"type {rule.column.data_type}: {problem}. Use an INTERVAL for timestamps "
-                f'and dates (e.g. "INTERVAL 1 HOUR") and a number for numeric columns.'
-            )
+        amounts = [("lateness", rule.lateness)]
+        if rule.final_state:  # set apart from the lateness: its type is checked too
+            amounts.append(("final_state_retention", rule.final_state))
+        for config_name, amount in amounts:
+            check_subtraction(ctx, rule, config_name, amount)
     return EventTimeRules(rules, held)
+
+
+def check_subtraction(
+    ctx: StepContext, rule: late.LatenessRule, config_name: str, amount: str
+) -> None:
+    """Fails the step, naming the config, unless `amount` can be subtracted from the rule's
+    column and leaves a value of the column's type."""
+    try:
+        with ctx.role(
+            f"check {config_name}[{rule.column.name}]: the type of the column minus "
+            + ("its lateness" if config_name == "lateness" else "it")
+        ):
+            described = ctx.session.query(late.subtraction_check(rule, amount))
+        problem = late.subtraction_error(rule, described[0]["data_type"], amount)
+    except Exception as exc:
+        problem = str(exc).splitlines()[0][:300]
+    if problem:
+        raise StepError(
+            f"Model {ctx.model.name}: config {config_name}[{rule.column.name}] = "
+            f"{amount!r} cannot be subtracted from column {rule.column.name} of "
+            f"type {rule.column.data_type}: {problem}. Use an INTERVAL for timestamps "
+            f'and dates (e.g. "INTERVAL 1 HOUR") and a number for numeric columns.'
+        )
 
 
 def apply_event_time(

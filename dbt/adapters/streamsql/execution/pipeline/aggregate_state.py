@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.errors import DroppedStateReached
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.pipeline.bounds import (
     CHANGE_ALIAS,
@@ -74,6 +75,7 @@ def changed_groups(
     lateness: Sequence[late.LatenessRule] = (),
     waterline: Optional[Mapping[str, Optional[str]]] = None,
     state_empty: bool = False,
+    dropped_below: Optional[Mapping[str, str]] = None,
 ) -> ChangedGroups:
     """Group delta, state before the step, and the old and new state of changed groups.
 
@@ -81,6 +83,12 @@ def changed_groups(
     the changed groups' key ranges reach is read, narrowed further by the LATENESS rules whose
     column the group decides (`final_group_bounds`). `first_step`, `inserts_only`: the step's
     (step_state.py). `state_empty`: `state` is the empty state before a first step.
+    `dropped_below`: per lateness column, the value below which final groups' state was dropped
+    (tables.dropped_groups).
+
+    Raises:
+        DroppedStateReached: the change reaches a group below `dropped_below`, whose state
+            before the step is no longer there to tell what the change did.
     """
     delta_sql = aggregate.delta_sql
     # The form without older versions has negative terms even for inserts, which a MIN/MAX
@@ -103,6 +111,13 @@ def changed_groups(
         f"THEN CAST({expression} AS STRING) END)"
         for i, (rule, expression, value) in enumerate(final)
     }
+    dropped = dropped_below or {}
+    below = {
+        f"dropped{i}": f"MAX(CASE WHEN ({expression}) < "
+        f"{rule.literal(dropped[rule.column.name])} THEN 1 ELSE 0 END)"
+        for i, (rule, expression, _) in enumerate(final)
+        if rule.column.name in dropped
+    }
     # The changed groups, counted and with their key ranges, as they are computed; with MIN/MAX,
     # also how many may have lost an extreme.
     shortcut = aggregate.recompute_check and aggregate.combine_without_recompute_sql
@@ -110,7 +125,7 @@ def changed_groups(
     measures = range_measures(
         group_columns(aggregate),
         GROUP_ALIAS,
-        {"groups": "COUNT(*)", **touched, **check},
+        {"groups": "COUNT(*)", **touched, **below, **check},
         first_step,
     )
     group_delta, found = ctx.views.measure(
@@ -123,6 +138,16 @@ def changed_groups(
         + "; how many groups, and their key ranges"
         + ("; may a deletion have removed a group's MIN or MAX?" if shortcut else ""),
     )
+    reached = [
+        f"{rule.column.name} below {dropped[rule.column.name]}"
+        for i, (rule, _, _) in enumerate(final)
+        if int(found.get(f"dropped{i}") or 0)
+    ]
+    if reached:
+        raise DroppedStateReached(
+            f"a late change reached final groups whose state was dropped ({', '.join(reached)}; "
+            "config final_state_retention keeps more)"
+        )
     ranges = ranges_from(group_columns(aggregate), GROUP_ALIAS, found, first_step)
     bounds = final_group_bounds(final, [as_list(found[name]) for name in touched]) + ranges
     if bounds:

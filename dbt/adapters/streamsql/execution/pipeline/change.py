@@ -22,6 +22,7 @@ from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWri
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.errors import DroppedStateReached
 from dbt.adapters.streamsql.execution.event_time import emit_final as emit
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
@@ -209,6 +210,14 @@ def aggregate_change(
     """The top aggregate's change to the model, and the write of its state."""
     aggregate, previous = plan.aggregate, step.previous
     assert aggregate is not None
+    dropped = step.record.state_dropped_below
+    ruled = {rule.column.name for rule in lateness}
+    orphaned = [f"{column} below {line}" for column, line in dropped.items() if column not in ruled]
+    if orphaned:  # a group without its state may now take an on-time change: rebuild it all
+        raise DroppedStateReached(
+            f"the state of final groups was dropped ({', '.join(orphaned)}), and the model no "
+            "longer declares that lateness: its state is rebuilt"
+        )
     state = state_before(ctx.model.state_table, previous.step, aggregate)
     groups = changed_groups(
         ctx,
@@ -220,6 +229,7 @@ def aggregate_change(
         lateness,
         previous.waterline,
         state_empty=previous.step == 0,
+        dropped_below=dropped,
     )
     # The table starts empty, even where the query's old output is not (a global aggregate
     # has one row over no input): on the first step there is nothing to delete.

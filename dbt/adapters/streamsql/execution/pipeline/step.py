@@ -42,7 +42,12 @@ from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.engine.statements import column_list
 from dbt.adapters.streamsql.execution.engine.views import inline
-from dbt.adapters.streamsql.execution.errors import FAULT_INJECTION_ENV, InjectedFault, StepError
+from dbt.adapters.streamsql.execution.errors import (
+    FAULT_INJECTION_ENV,
+    DroppedStateReached,
+    InjectedFault,
+    StepError,
+)
 from dbt.adapters.streamsql.execution.event_time import emit_final
 from dbt.adapters.streamsql.execution.event_time.rules import (
     EventTimeRules,
@@ -144,7 +149,8 @@ def run_step(
         except PlanningError as error:
             raise StepError(f"Model {model.name}: {error}") from error
         except Exception as error:
-            if faults.lost_history(error):  # read it all again, once
+            # read it all again, once: a history gone, or state dropped that the change needs
+            if faults.lost_history(error) or isinstance(error, DroppedStateReached):
 
                 def take_step(again: StepContext, why: str) -> StepResult:
                     try:
@@ -240,7 +246,7 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
         )
     step.record.fingerprint(compiled_sql)  # a record of an earlier version's: upgraded
     step.record.emit_final = ctx.model.emit_final  # a change since the last step was refused
-    tables.compact_state_tables(ctx, plan, previous, step.record)
+    tables.compact_state_tables(ctx, plan, step, rules.lateness)
     cleanup.clean_side_tables(ctx, rules, step)
     small_files.compact_small_files(ctx, rules, step)
 
@@ -338,7 +344,10 @@ def finish_step(
             previous,
             record=previous.next(ctx.run_id, dict(last.input_versions)),
             result=StepResult(model.name, last.step, "", ""),
+            # computed again as it was: a recompute if it was one, over the state as it was
+            recover_reason="; ".join(last.recovered) or None,
         )
+        step.record.state_dropped_below = dict(last.state_dropped_below)
         if last.flush:
             columns = list(ctx.delta_log.snapshot(model.target_name).columns)
             flush_change(ctx, step, columns, event_time_rules(ctx, columns))

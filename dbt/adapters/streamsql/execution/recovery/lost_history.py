@@ -38,7 +38,7 @@ from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWri
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
-from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.errors import DroppedStateReached, StepError
 from dbt.adapters.streamsql.execution.event_time import emit_final as emit
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
@@ -111,7 +111,8 @@ def take_again(
     take_step: Callable[[StepContext, str], StepResult],
     started: float,
 ) -> StepResult:
-    """Take a step again as a recovery, after reading some input's history failed.
+    """Take a step again as a recovery, after reading some input's history failed (or its
+    change reached state a compaction dropped: `DroppedStateReached`).
 
     `take_step(context, reason)` takes the step in a new context, recovering for `reason`.
     Nothing the failed attempt did stands in the way: a step writes nothing before its model's
@@ -119,7 +120,11 @@ def take_again(
     """
     first_line = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
     again = StepContext(failed.session, failed.model, failed.log, side_sql=failed.side_sql)
-    reason = f"reading its inputs' history failed ({first_line})"
+    reason = (
+        str(error)
+        if isinstance(error, DroppedStateReached)
+        else f"reading its inputs' history failed ({first_line})"
+    )
     failed.log(
         f"{failed.model.name}: {reason}; taking the step again from the inputs' current versions"
     )
@@ -422,6 +427,7 @@ def rebuild_state(ctx: StepContext, step: StepState, plan: StepPlan) -> None:
             StateWrite(table, f"__streamsql_{stage.name}", stage.aggregate, groups, fresh=False)
         )
     if plan.aggregate is not None:
+        step.record.state_dropped_below = {}  # every group's state is there again
         groups = rebuilt_groups(ctx, "re_", ctx.model.state_table, plan.aggregate, previous)
         writes.state.append(
             StateWrite(
@@ -441,18 +447,23 @@ def rebuilt_groups(
     before = sql.latest_state(
         sql.state_through(table, previous.step), keys, aggregate.state_columns
     )
-    gone = ", ".join(
-        f"o.{sql.quote(c.name)}"
+    # every group of either side: the rebuilt one where there is one, else a gone one (count
+    # 0). (A full join: a UNION ALL of the two with an anti join here makes Spark's optimizer
+    # fail with "key not found" on some group keys, a window's struct among them.)
+    found = f"n.{COUNT} IS NOT NULL"  # a rebuilt group's count is never NULL
+    every_group = ", ".join(
+        f"CASE WHEN {found} THEN n.{sql.quote(c.name)} ELSE o.{sql.quote(c.name)} END "
+        f"AS {sql.quote(c.name)}"
         if c in keys
-        else f"CAST(0 AS BIGINT) AS {sql.quote(c.name)}"
+        else f"COALESCE(n.{COUNT}, CAST(0 AS BIGINT)) AS {COUNT}"
         if c.name == COUNT
-        else f"NULL AS {sql.quote(c.name)}"
+        else f"n.{sql.quote(c.name)}"
         for c in aggregate.state_columns
     )
     every = ctx.views.materialize(
         f"{label}rebuilt",
-        f"SELECT {cols} FROM {fresh.new} UNION ALL SELECT {gone} FROM ({before}) o "
-        f"LEFT ANTI JOIN {fresh.new} n ON {sql.null_safe_match(keys, 'o', 'n')}",
+        f"SELECT {every_group} FROM {fresh.new} n FULL OUTER JOIN ({before}) o "
+        f"ON {sql.null_safe_match(keys, 'o', 'n')}",
         f"the state of {table} rebuilt from the inputs (gone groups with count 0)",
     )
     with ctx.role(f"count the rebuilt groups of {table}"):
