@@ -10,8 +10,9 @@ rows out of order and some too late for the LATENESS model:
 - `j_dims`: the events joined with a small dimension table;
 - `g_k`: a GROUP BY over a key with few values (state bounded by the key);
 - `s_events`: the events with LATENESS 1 HOUR on their event time (late ones quarantined);
-- `w_hourly`: 1-hour windows per key over `s_events` (its state holds every window ever seen,
-  though only the last hour's can still change).
+- `w_hourly`: 1-hour windows per key over `s_events`, with LATENESS 1 HOUR on the window's
+  start: the state of windows more than `final_state_retention` (by default that hour) below its
+  waterline is dropped whenever its state table is rewritten.
 
 After every step it records the step's wall time and each model's, and for every table of the
 schema (models, state tables, `__late`, `__waterline`) its files and bytes (`DESCRIBE DETAIL`)
@@ -59,6 +60,7 @@ MODELS = {
         "{{{{ config(lateness={{'ts': 'INTERVAL 1 HOUR'}}) }}}}\nselect id, k, v, ts from {events}"
     ),
     "w_hourly": (
+        "{{{{ config(lateness={{'hour_start': 'INTERVAL 1 HOUR'}}) }}}}\n"
         "select k, window(ts, '1 hour').start as hour_start, count(*) as n, sum(v) as total "
         "from {{{{ ref('s_events') }}}} group by k, window(ts, '1 hour')"
     ),
@@ -146,7 +148,21 @@ def summary(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
     for record in after:
         for name, entry in record["tables"].items():
             most_files[name] = max(most_files.get(name, 0), entry["files"])
+    recomputed = [
+        f"{name} at step {s['step']}"
+        for s in steps
+        for name, computed in s.get("computed", {}).items()
+        if computed == "recompute"
+    ]
+    dropped = [
+        f"{name} at step {s['step']}"
+        for s in steps
+        for name, notes in s.get("notes", {}).items()
+        if any(note.startswith("dropped the state of final groups") for note in notes)
+    ]
     return {
+        "recomputed": recomputed,
+        "state_dropped": dropped,
         "early_steps": "50-150" if len(walls) >= 150 else "the second quarter",
         "late_steps": "the last 100" if len(walls) >= 200 else "the last quarter",
         "early_median_s": median(early),
@@ -198,6 +214,12 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
         f"of {figures['late_steps']} {figures['late_median_s']:.2f} s "
         f"({figures['late_over_early']:.2f}x). `dbt test` (matches_recompute on every model): "
         f"{report['checks']}.",
+        "",
+        "Final groups' state dropped (final_state_retention): "
+        + (", ".join(figures.get("state_dropped", [])) or "never")
+        + ". Steps that recomputed a model: "
+        + (", ".join(figures.get("recomputed", [])) or "none")
+        + ".",
         "",
         f"Most files a table held after {figures['most_files_after']}:",
         "",
@@ -260,6 +282,9 @@ def main() -> int:
                 "step": number,
                 "wall_s": round(wall, 3),
                 "models": {n: round(node.execution_time, 3) for n, node in nodes.items()},
+                # what a step did besides its change: compactions, dropped state, recomputes
+                "notes": {n: node.adapter.get("notes") or [] for n, node in nodes.items()},
+                "computed": {n: node.adapter.get("computed", "") for n, node in nodes.items()},
                 "tables": table_sizes(spark),
             }
         )
