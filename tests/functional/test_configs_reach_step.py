@@ -6,7 +6,8 @@ cannot be combined (`CONFIGS`), with values that differ between the routes where
 
 - `lin_*` (`select *`): lateness, max_future, unique_key, on_schema_change, partition_by,
   tblproperties, location_root, waterline_retention, compact_files;
-- `fin_*` (an hourly count): emit_final (with lateness on the hour), liquid_clustered_by;
+- `fin_*` (an hourly count): emit_final (with lateness on the hour), liquid_clustered_by,
+  final_state_retention;
 - `wm_*`: watermark, append_only, strategy (recompute), pending_retention. Only its first step
   is looked at (its second fails: append_only), whose result does not depend on the plan.
 
@@ -62,6 +63,7 @@ CONFIGS = {
         "lateness": ({"hour": "INTERVAL 1 HOUR"}, {"hour": "INTERVAL 1 HOUR"}),
         "emit_final": (True, True),
         "liquid_clustered_by": ("hour", ["hour"]),
+        "final_state_retention": ({"hour": "INTERVAL 2 HOURS"}, {"hour": "INTERVAL 3 HOURS"}),
     },
     "wm": {
         "watermark": ({"ts": "INTERVAL 30 MINUTES"}, {"ts": "INTERVAL 45 MINUTES"}),
@@ -114,6 +116,13 @@ def route_configs(route: str, lake: str) -> dict:
 
 def name(model: str, route: str) -> str:
     return f"{model}_{route[0]}"
+
+
+def run_file(project, model: str) -> str:
+    """The statements of the model's last step (target/run)."""
+    path = os.path.join(project.project_root, "target", "run", "test", "models", f"{model}.sql")
+    with open(path) as handle:
+        return handle.read()
 
 
 def test_every_config_a_step_reads_is_set_on_both_routes():
@@ -248,13 +257,18 @@ class TestConfigsReachTheStep:
     def test_compact_files(self, project, steps, route):
         # off in dbt_project.yml, on (the default) in config(): only lin_c's step 2 compacted
         # its table (an OPTIMIZE that packs nothing makes no commit: the statement shows it)
-        run = os.path.join(
-            project.project_root, "target", "run", "test", "models", f"{name('lin', route)}.sql"
-        )
-        with open(run) as handle:
-            statements = handle.read()
+        statements = run_file(project, name("lin", route))
         optimize = f"OPTIMIZE `{project.test_schema}`.`{name('lin', route)}`"
         assert (optimize in statements) == (route == "config"), statements[-3000:]
+
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_final_state_retention(self, project, steps, route):
+        # a value of its own: the step checks its type, as it checks the lateness (the state it
+        # drops shows only once a compaction runs: test_lateness.py's TestFinalStateDropped)
+        statements = run_file(project, name("fin", route))
+        hours = 2 if route == "project" else 3
+        check = f"DESCRIBE QUERY SELECT CAST(NULL AS timestamp) - (INTERVAL {hours} HOURS) AS w"
+        assert check in statements, statements[-3000:]
 
     @pytest.mark.parametrize("route", ROUTES)
     def test_partition_by(self, steps, detail, route):
