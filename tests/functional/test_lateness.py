@@ -172,7 +172,9 @@ class TestSmallFiles(LatenessProject):
     """compact_files: a step OPTIMIZEs the model's table and its side tables once they hold too
     many small files (small_files.py; here at every step and above 2 files, so that a few steps
     show it). What readers see stays the same: the table's rows, its change feed, and the model
-    that reads it."""
+    that reads it. The same steps warn where a table's files not in use call for a VACUUM (here
+    from any size on): by_place's MERGEs leave one behind every step; what the warning counts is
+    what its current version does not read."""
 
     @pytest.fixture(scope="class")
     def models(self):
@@ -183,6 +185,7 @@ class TestSmallFiles(LatenessProject):
 
         monkeypatch.setattr(small_files, "COMPACT_CHECK_EVERY", 1)
         monkeypatch.setattr(small_files, "COMPACT_ABOVE_FILES", 2)
+        monkeypatch.setattr(small_files, "UNUSED_MIN_BYTES", 0)
         schema = project.test_schema
         notes = []
         steps = [
@@ -216,6 +219,39 @@ class TestSmallFiles(LatenessProject):
         uncompacted = _rows(project, f"describe history {schema}.uncompacted")
         assert not [row for row in uncompacted if row[4] == "OPTIMIZE"]
         assert _rows(project, f"select location from {schema}.kept__late") == [("late",)]
+
+        # by_place's MERGEs replaced a file each step: the warning names the command
+        warned = [n for n in notes if n.startswith(f"{schema}.by_place holds ")]
+        assert warned and f"VACUUM {schema}.by_place deletes" in warned[-1], notes
+        # and what it counts as not in use is every file its current version does not read
+        self.check_unused_files(project, f"{schema}.by_place")
+
+    @staticmethod
+    def check_unused_files(project, table):
+        """What the warning counts as not in use: every data file under the table's folder but
+        those its rows are read from (the scan's own file list, not the log's size)."""
+        import os
+        from urllib.parse import unquote, urlparse
+
+        from dbt.adapters.streamsql.execution.commit import small_files
+
+        detail = project.run_sql(f"describe detail {table}", fetch="one").asDict()
+        read = project.run_sql(
+            f"select distinct _metadata.file_path, _metadata.file_size from {table}", fetch="all"
+        )
+        root = unquote(urlparse(detail["location"]).path)
+        on_disk = {}
+        for folder, subfolders, files in os.walk(root):
+            subfolders[:] = [name for name in subfolders if name != "_delta_log"]
+            for name in files:
+                if name.endswith(".parquet") and not name.startswith("."):
+                    on_disk[os.path.join(folder, name)] = os.path.getsize(
+                        os.path.join(folder, name)
+                    )
+        live = {unquote(urlparse(path).path): int(size) for path, size in read}
+        assert set(live) < set(on_disk)
+        expected = sum(on_disk.values()) - sum(live.values())
+        assert small_files.unused_bytes(detail["location"], int(detail["sizeInBytes"])) == expected
 
 
 HOURLY = """

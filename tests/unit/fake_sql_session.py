@@ -82,6 +82,7 @@ class FakeTable:
     table_id: str = "table-1"
     size_bytes: int = 1000  # its data files' size (DESCRIBE DETAIL)
     num_files: int = 1  # its data files: one more per write, one after an OPTIMIZE
+    location: Optional[str] = None  # where its files are (DESCRIBE DETAIL), if a test says
 
     def commit(
         self,
@@ -276,6 +277,7 @@ class FakeSqlSession(LaterResets):
                     "properties": dict(table.properties),
                     "sizeInBytes": table.size_bytes,
                     "numFiles": table.num_files,
+                    "location": table.location,
                 }
             ]
         match = re.match(r"^DESCRIBE TABLE EXTENDED (\S+)$", statement)

@@ -46,3 +46,12 @@ class StepResult:
             f"{self.held}, waterline {waterline}; {self.plan} ({self.reason}); "
             f"{self.seconds:.1f} s" + "".join(f"; {note}" for note in self.notes)
         )
+
+
+def human_size(size: float) -> str:
+    """A byte count as the step line shows it: 812 B, 3.4 MiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"

@@ -18,24 +18,36 @@ step's own writes and carries no step record, so a step killed after it is simpl
 A compaction that fails (another writer's conflicting commit) is reported in the step line and
 the step goes on: the files wait for the next check. The config `compact_files: false` leaves
 compaction to the user.
+
+Compaction, the state tables' rewrites and every MERGE leave the replaced files on disk (time
+travel reads them) until the user runs `VACUUM`, which stays the user's decision. On the same
+steps, `warn_unused_files` sums the data files each table of the model keeps on this machine's
+disk (no statement; a table elsewhere is not checked); where the files its current version no
+longer uses outweigh its live data (UNUSED_SHARE, and at least UNUSED_MIN_BYTES), the step line
+says so and names the command.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from typing import List
+from typing import List, Optional
+from urllib.parse import unquote, urlparse
 
 from dbt.adapters.streamsql.execution.commit.transactions import with_settings
 from dbt.adapters.streamsql.execution.commit.writes import LATE, PENDING, WATERLINE
 from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing
+from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing, TableSnapshot
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
+from dbt.adapters.streamsql.execution.result import human_size
 from dbt.adapters.streamsql.execution.step_state import StepState
 
 COMPACT_CHECK_EVERY = 10  # steps
 COMPACT_ABOVE_FILES = 25
 SMALL_FILE_BYTES = 32 * 1024 * 1024
 PACKED_FILE_BYTES = 128 * 1024 * 1024
+UNUSED_SHARE = 1.0  # warn when the files no version in use needs exceed the live data ...
+UNUSED_MIN_BYTES = 64 * 1024 * 1024  # ... and this
 
 
 def compactable_tables(rules: EventTimeRules) -> List[str]:
@@ -84,3 +96,55 @@ def compact_small_files(ctx: StepContext, rules: EventTimeRules, step: StepState
                 f"compacted {name}: {metrics.get('numRemovedFiles', '?')} files into "
                 f"{metrics.get('numAddedFiles', '?')} in {time.time() - started:.1f} s"
             )
+
+
+def warn_unused_files(ctx: StepContext, rules: EventTimeRules, step: StepState) -> None:
+    """On every COMPACT_CHECK_EVERY-th step, a note for each of the model's tables (its own, its
+    side tables, its state tables) whose files not in use call for a VACUUM."""
+    if step.record.step % COMPACT_CHECK_EVERY:
+        return
+    suffixes = compactable_tables(rules) + [f"__streamsql_{s}" for s in step.record.state_tables]
+    for suffix in suffixes:
+        name = ctx.model.table_name(suffix)
+        try:
+            snapshot = ctx.delta_log.snapshot(name)
+        except TableMissing:
+            continue
+        note = unused_files_note(name, snapshot)
+        if note:
+            step.result.notes.append(note)
+
+
+def unused_files_note(name: str, snapshot: TableSnapshot) -> Optional[str]:
+    """The step line's warning when table `name`'s files not in use outweigh its live data."""
+    unused = unused_bytes(snapshot.location, snapshot.size_bytes)
+    live = snapshot.size_bytes or 0
+    if unused is None or unused < UNUSED_MIN_BYTES or unused <= UNUSED_SHARE * live:
+        return None
+    return (
+        f"{name} holds {human_size(unused)} in files its current version no longer uses, beside "
+        f"{human_size(live)} of data: VACUUM {name} deletes those older than the table's "
+        "retention (delta.deletedFileRetentionDuration, 7 days by default)"
+    )
+
+
+def unused_bytes(location: Optional[str], live: Optional[int]) -> Optional[int]:
+    """The bytes of a table's data files (change-data files included) on disk beyond the
+    `live` bytes its current version uses: what VACUUM deletes once they are old enough. None
+    where the table's files are not on this machine's file system, or its size is unknown."""
+    if not location or live is None:
+        return None
+    parsed = urlparse(location)
+    root = unquote(parsed.path)
+    if parsed.scheme not in ("", "file") or not os.path.isdir(root):
+        return None
+    on_disk = 0
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [name for name in subfolders if name != "_delta_log"]
+        for name in files:
+            if name.endswith(".parquet") and not name.startswith("."):
+                try:
+                    on_disk += os.path.getsize(os.path.join(folder, name))
+                except OSError:  # deleted meanwhile (a VACUUM)
+                    continue
+    return max(on_disk - live, 0)

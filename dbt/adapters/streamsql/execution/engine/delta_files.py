@@ -101,6 +101,7 @@ class FileDeltaLog:
                 columns,
                 int(size) if size is not None else None,
                 int(files) if files is not None else None,
+                os.path.dirname(log),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:  # no checksum file: ask SQL
             logger.debug(f"Reading {name}'s checksum file failed ({exc}); asking through SQL")

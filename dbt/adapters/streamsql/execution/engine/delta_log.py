@@ -88,6 +88,7 @@ class TableSnapshot:
     columns: Tuple[Column, ...]
     size_bytes: Optional[int] = None  # the data files' size, when known
     num_files: Optional[int] = None  # how many data files it holds, when known
+    location: Optional[str] = None  # where its files are (a path or URI), when known
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,7 @@ class SqlDeltaLog:
             tuple(columns),
             int(size) if size is not None else None,
             int(files) if files is not None else None,
+            str(detail["location"]) if detail.get("location") else None,
         )
 
     def commits(self, name: str, first: int, last: int) -> List[Commit]:
@@ -363,7 +365,8 @@ class JvmDeltaLog:
         for a table it only appends to or reads the change feed of.
         """
         try:
-            snapshot = self._current(name)
+            delta_log = self._delta_log(name)
+            snapshot = self._update(delta_log, name)
             metadata = json.loads(snapshot.metadata().json())["metaData"]  # one call
             schema = snapshot.schema()
             fields = [schema.apply(i) for i in range(schema.length())]
@@ -379,6 +382,7 @@ class JvmDeltaLog:
                 columns,
                 size,
                 files,
+                str(delta_log.dataPath().toString()),
             )
         except (TableMissing, NotDeltaTable):
             raise

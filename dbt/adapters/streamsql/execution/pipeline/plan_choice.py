@@ -27,6 +27,7 @@ from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, event_time_rules
 from dbt.adapters.streamsql.execution.pipeline import inputs, keys
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
+from dbt.adapters.streamsql.execution.result import human_size
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step, recompute_plan
@@ -113,8 +114,8 @@ def chosen(
     ):
         return plan
     step.result.notes.append(
-        f"recomputed this step: its inputs changed by {_size(change_bytes)}, at least "
-        f"{RECOMPUTE_SHARE:.0%} of their {_size(input_bytes)}"
+        f"recomputed this step: its inputs changed by {human_size(change_bytes)}, at least "
+        f"{RECOMPUTE_SHARE:.0%} of their {human_size(input_bytes)}"
     )
     return recompute_plan(
         step.compiled_sql,
@@ -127,11 +128,3 @@ def chosen(
 def _total(values) -> Optional[int]:
     values = list(values)
     return None if any(v is None for v in values) else sum(values)
-
-
-def _size(size: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size} B"
