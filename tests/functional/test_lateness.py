@@ -264,9 +264,10 @@ from {{{{ var('source') }}}} group by window(ts, '1 hour')
 
 class TestFinalStateDropped(LatenessProject):
     """final_state_retention: a compaction of an aggregate's state drops the groups that are
-    final and further below the waterline than the retention (here after three appends); a
-    late change to one of them recomputes the model, and writes to `__late` what the state would
-    have given. (The LATENESS differential test holds the same against its oracle.)"""
+    final and further below the waterline than the retention (here after three appends, and
+    once a line is drawn whenever the waterline has moved a retention past it); a late change
+    to one of them recomputes the model, and writes to `__late` what the state would have
+    given. (The LATENESS differential test holds the same against its oracle.)"""
 
     @pytest.fixture(scope="class")
     def models(self):
@@ -334,6 +335,28 @@ class TestFinalStateDropped(LatenessProject):
             ("05:00", 1, 2),
             ("06:00", 4, 4),
         ]
+
+        # Once a line is drawn, the state is also rewritten as soon as the waterline has moved
+        # a retention past it, without waiting for more appends (ordinary compactions off here)
+        def dropped(response):
+            return [n.split("below ")[1][11:16] for n in response["notes"] if "dropped the" in n]
+
+        assert dropped(step((hour(6, 50), "g"))) == ["04:00"]  # the third append since 6
+        monkeypatch.setattr(tables, "COMPACT_AFTER_STEPS", 1000)
+        assert dropped(step((hour(7, 10), "j"))) == []  # W = 05:00: the line's own hour plus 1
+        assert dropped(step((hour(7, 20), "k"))) == ["05:00"]  # W = 06:00, a retention more
+        assert groups() == ["05:00", "06:00", "07:00"]
+        assert dropped(step((hour(8, 10), "l"))) == []
+        assert dropped(step((hour(8, 20), "m"))) == ["06:00"]  # W = 07:00
+        assert groups() == ["06:00", "07:00", "08:00"]
+        model = _rows(project, f"select window_start, n, size from {schema}.hourly")
+        assert sorted((str(w)[11:16], n, z) for w, n, z in model)[5:] == [
+            ("05:00", 1, 2),
+            ("06:00", 5, 5),
+            ("07:00", 2, 2),
+            ("08:00", 2, 2),
+        ]
+        assert len(_rows(project, f"select * from {schema}.hourly__late")) == 6
 
 
 DECODED_PURCHASE = """

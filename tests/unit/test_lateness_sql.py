@@ -187,6 +187,18 @@ def test_the_state_line_is_the_waterline_minus_the_retention_and_never_moves_dow
         sqlglot.parse_one(f"SELECT {statement}", read="spark")
 
 
+def test_the_state_is_rewritten_once_the_line_would_rise_by_the_retention():
+    (rule,) = late.lateness_rules(
+        "m", COLS, {"ts": "INTERVAL 1 HOUR"}, {}, {"ts": "INTERVAL 2 HOURS"}
+    )
+    risen = rule.state_line_risen("2024-01-01 11:00:00", "2024-01-01 08:00:00")
+    assert risen == (
+        "CAST(CAST('2024-01-01 11:00:00' AS timestamp) - (INTERVAL 2 HOURS) AS timestamp) >= "
+        "CAST(CAST('2024-01-01 08:00:00' AS timestamp) + (INTERVAL 2 HOURS) AS timestamp)"
+    )  # 09:00 >= 10:00: not yet
+    sqlglot.parse_one(f"SELECT {risen}", read="spark")
+
+
 def test_a_compaction_that_drops_final_groups_keeps_the_boundary_and_null_groups():
     from dbt.adapters.streamsql.execution.engine import statements as sql
 

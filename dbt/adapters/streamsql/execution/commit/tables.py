@@ -257,7 +257,8 @@ def compact_state_tables(
 ) -> None:
     """Rewrite each state table whose appended rows outnumber its live groups and
     COMPACT_MIN_ROWS (or that was appended to COMPACT_AFTER_STEPS times) as one row per live
-    group, before the step reads it.
+    group, before the step reads it; the top aggregate's also once the waterline has moved its
+    line of dropped state a retention up (`state_line_risen`).
 
     The top aggregate's rewrite also drops the groups that LATENESS made final long enough ago
     (`dropped_groups`): the state any step can still need does not change, so this is safe at
@@ -268,7 +269,12 @@ def compact_state_tables(
     previous, record = step.previous, step.record
     for name, aggregate in state_aggregates(plan):
         live, appended, steps = previous.state_log.get(name, [0, 0, 0])
-        if previous.step == 0 or not due_for_compaction(live, appended, steps):
+        if previous.step == 0:
+            continue
+        due = due_for_compaction(live, appended, steps)
+        if not due and name == "state" and steps:
+            due = state_line_risen(ctx, aggregate, lateness, previous)
+        if not due:
             continue
         table = ctx.model.table(f"__streamsql_{name}")
         keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
@@ -296,6 +302,32 @@ def compact_state_tables(
             step.result.notes.append(
                 f"dropped the state of final groups ({lines}) from {table}; {kept} group(s) kept"
             )
+
+
+def state_line_risen(
+    ctx: StepContext,
+    aggregate: AggregatePlan,
+    lateness: Sequence[late.LatenessRule],
+    previous: StepRecord,
+) -> bool:
+    """Whether the waterline has moved far enough since the top aggregate's state last dropped
+    final groups that a rewrite now would drop at least another `final_state_retention` of
+    them: then the state is rewritten at once rather than after COMPACT_AFTER_STEPS appends,
+    which keeps the state of a model stepped often within about twice the retention below the
+    waterline. One constant SELECT (no Spark job), and only once a first rewrite has drawn a
+    line; the first line comes with the first ordinary compaction."""
+    risen = [
+        rule.state_line_risen(waterline, previous.state_dropped_below[rule.column.name])
+        for rule, _, waterline in late.final_group_columns(
+            lateness, previous.waterline, aggregate.group_outputs
+        )
+        if rule.state_kept is not None and rule.column.name in previous.state_dropped_below
+    ]
+    if not risen:
+        return False
+    due = " OR ".join(f"coalesce({check}, false)" for check in risen)
+    with ctx.role("whether the waterline moved a retention past the line of dropped state"):
+        return bool(ctx.session.query(f"SELECT {due} AS due")[0]["due"])
 
 
 def dropped_groups(

@@ -74,10 +74,19 @@ class LatenessRule:
         """SQL for the value below which a final group's state is dropped, given the
         waterline: the waterline minus `state_kept`, never below an earlier line (as a string,
         like a waterline)."""
-        line = f"CAST({self.literal(waterline)} - ({self.state_kept}) AS {self.column.data_type})"
+        line = self._below(self.literal(waterline))
         if dropped_before is not None:
             line = f"greatest({self.literal(dropped_before)}, {line})"
         return f"CAST({line} AS STRING)"
+
+    def state_line_risen(self, waterline: str, dropped_before: str) -> str:
+        """SQL for whether the line, given the waterline, now lies `state_kept` or more above
+        the line `dropped_before` (true: a rewrite would drop that much more state)."""
+        above = f"CAST({self.literal(dropped_before)} + ({self.state_kept}) AS "
+        return f"{self._below(self.literal(waterline))} >= {above}{self.column.data_type})"
+
+    def _below(self, value: str) -> str:
+        return f"CAST({value} - ({self.state_kept}) AS {self.column.data_type})"
 
 
 def constant_expression(text: str) -> bool:
