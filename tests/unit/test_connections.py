@@ -59,6 +59,33 @@ def wrapper_with(cursor, poll_interval=5):
     return wrapper
 
 
+class ClosingHandle:
+    """pyhive's connection: its CloseSession answered with the server's error, or not."""
+
+    def __init__(self, error=None):
+        self.error = error
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+        if self.error:
+            raise self.error
+
+
+def test_a_session_the_thrift_server_fails_to_close_does_not_end_the_run():
+    from pyhive.exc import OperationalError
+
+    refused = OperationalError(
+        "TCloseSessionResp(status=TStatus(statusCode=3, infoMessages=['*java.lang."
+        "RuntimeException:java.lang.NoClassDefFoundError: org/apache/hadoop/hive/llap/security/"
+        "LlapSigner$Signable:21:20'"
+    )
+    for error in (refused, None):
+        handle = ClosingHandle(error)
+        ThriftConnectionWrapper(handle=handle).close()
+        assert handle.closed == 1
+
+
 def test_polls_soon_then_backs_off_up_to_poll_interval(monkeypatch):
     slept = []
     monkeypatch.setattr(connections.time, "sleep", slept.append)
