@@ -32,6 +32,8 @@ logger = AdapterLogger("StreamSQL")
 
 # A table's location, per dbt invocation (the key's first part) and table name.
 _LOCATIONS: Dict[Tuple[str, str], Optional[str]] = {}
+# ... and as the catalog says it (`file:/...`), which snapshots give as SQL's do
+_CATALOG_LOCATIONS: Dict[Tuple[str, str], str] = {}
 _DELTA_TYPE_NAMES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
 
 
@@ -101,7 +103,7 @@ class FileDeltaLog:
                 columns,
                 int(size) if size is not None else None,
                 int(files) if files is not None else None,
-                os.path.dirname(log),
+                _CATALOG_LOCATIONS.get((self.invocation, name)),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:  # no checksum file: ask SQL
             logger.debug(f"Reading {name}'s checksum file failed ({exc}); asking through SQL")
@@ -142,6 +144,7 @@ class FileDeltaLog:
             location = urlparse(known)
             local = location.scheme in ("", "file") and os.path.isdir(unquote(location.path))
             _LOCATIONS[key] = unquote(location.path) if local else None
+            _CATALOG_LOCATIONS[key] = known
         path = _LOCATIONS[key]
         if path is None:
             return None
