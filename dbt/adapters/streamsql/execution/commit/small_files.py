@@ -21,7 +21,7 @@ compaction to the user.
 
 Compaction, the state tables' rewrites and every MERGE leave the replaced files on disk (time
 travel reads them) until the user runs `VACUUM`, which stays the user's decision. On the same
-steps, `warn_unused_files` sums the data files each table of the model keeps on this machine's
+steps, `tidy_files` also sums the data files each table of the model keeps on this machine's
 disk (no statement; a table elsewhere is not checked); where the files its current version no
 longer uses outweigh its live data (UNUSED_SHARE, and at least UNUSED_MIN_BYTES), the step line
 says so and names the command.
@@ -46,7 +46,7 @@ COMPACT_CHECK_EVERY = 10  # steps
 COMPACT_ABOVE_FILES = 25
 SMALL_FILE_BYTES = 32 * 1024 * 1024
 PACKED_FILE_BYTES = 128 * 1024 * 1024
-UNUSED_SHARE = 1.0  # warn when the files no version in use needs exceed the live data ...
+UNUSED_SHARE = 1.0  # warn when the files the current version does not use exceed its data ...
 UNUSED_MIN_BYTES = 64 * 1024 * 1024  # ... and this
 
 
@@ -60,59 +60,57 @@ def compactable_tables(rules: EventTimeRules) -> List[str]:
     return suffixes
 
 
-def compact_small_files(ctx: StepContext, rules: EventTimeRules, step: StepState) -> None:
-    """On every COMPACT_CHECK_EVERY-th step, OPTIMIZE each of the model's tables that holds too
-    many small files; the step line says what was packed, and how long it took."""
-    if not ctx.model.compact_files or step.record.step % COMPACT_CHECK_EVERY:
-        return
-    for suffix in compactable_tables(rules):
-        name = ctx.model.table_name(suffix)
-        try:
-            snapshot = ctx.delta_log.snapshot(name)
-        except TableMissing:
-            continue
-        files, size = snapshot.num_files, snapshot.size_bytes
-        if files is None or files <= COMPACT_ABOVE_FILES:
-            continue
-        if size is not None and size >= files * SMALL_FILE_BYTES:
-            continue  # large files on average: little for an OPTIMIZE to gain
-        started = time.time()
-        settings = [
-            ("spark.databricks.delta.optimize.minFileSize", str(SMALL_FILE_BYTES)),
-            ("spark.databricks.delta.optimize.maxFileSize", str(PACKED_FILE_BYTES)),
-        ]
-        table = ctx.model.table(suffix)
-        try:
-            with ctx.role(f"compact {table}: {files} files, averaging under 32 MB"):
-                with_settings(ctx, settings, lambda: ctx.session.run(f"OPTIMIZE {table}"))
-        except Exception as exc:  # a conflicting commit: the next check tries again
-            first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            step.result.notes.append(f"compacting {name} failed, left for later: {first_line}")
-            continue
-        newest = ctx.delta_log.recent_commits(name, 1)
-        if newest and newest[0].operation.upper() == "OPTIMIZE":
-            metrics = newest[0].metrics
-            step.result.notes.append(
-                f"compacted {name}: {metrics.get('numRemovedFiles', '?')} files into "
-                f"{metrics.get('numAddedFiles', '?')} in {time.time() - started:.1f} s"
-            )
-
-
-def warn_unused_files(ctx: StepContext, rules: EventTimeRules, step: StepState) -> None:
-    """On every COMPACT_CHECK_EVERY-th step, a note for each of the model's tables (its own, its
-    side tables, its state tables) whose files not in use call for a VACUUM."""
+def tidy_files(ctx: StepContext, rules: EventTimeRules, step: StepState) -> None:
+    """On every COMPACT_CHECK_EVERY-th step, one read of each of the model's tables' snapshots:
+    OPTIMIZE the model's table and side tables that hold too many small files (the step line
+    says what was packed, and how long it took), then a note for each of those and of its state
+    tables whose files not in use call for a VACUUM."""
     if step.record.step % COMPACT_CHECK_EVERY:
         return
-    suffixes = compactable_tables(rules) + [f"__streamsql_{s}" for s in step.record.state_tables]
-    for suffix in suffixes:
+    compactable = compactable_tables(rules) if ctx.model.compact_files else []
+    state = [f"__streamsql_{s}" for s in step.record.state_tables]
+    for suffix in compactable_tables(rules) + state:
         name = ctx.model.table_name(suffix)
         try:
             snapshot = ctx.delta_log.snapshot(name)
+            if suffix in compactable and _compact(ctx, suffix, snapshot, step):
+                snapshot = ctx.delta_log.snapshot(name)  # its files now: the packed ones live
         except TableMissing:
             continue
         note = unused_files_note(name, snapshot)
         if note:
             step.result.notes.append(note)
+
+
+def _compact(ctx: StepContext, suffix: str, snapshot: TableSnapshot, step: StepState) -> bool:
+    """OPTIMIZE the model's table `suffix` if it holds too many small files; whether it did."""
+    files, size = snapshot.num_files, snapshot.size_bytes
+    if files is None or files <= COMPACT_ABOVE_FILES:
+        return False
+    if size is not None and size >= files * SMALL_FILE_BYTES:
+        return False  # large files on average: little for an OPTIMIZE to gain
+    name = ctx.model.table_name(suffix)
+    started = time.time()
+    settings = [
+        ("spark.databricks.delta.optimize.minFileSize", str(SMALL_FILE_BYTES)),
+        ("spark.databricks.delta.optimize.maxFileSize", str(PACKED_FILE_BYTES)),
+    ]
+    table = ctx.model.table(suffix)
+    try:
+        with ctx.role(f"compact {table}: {files} files, averaging under 32 MB"):
+            with_settings(ctx, settings, lambda: ctx.session.run(f"OPTIMIZE {table}"))
+    except Exception as exc:  # a conflicting commit: the next check tries again
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        step.result.notes.append(f"compacting {name} failed, left for later: {first_line}")
+        return False
+    newest = ctx.delta_log.recent_commits(name, 1)
+    if newest and newest[0].operation.upper() == "OPTIMIZE":
+        metrics = newest[0].metrics
+        step.result.notes.append(
+            f"compacted {name}: {metrics.get('numRemovedFiles', '?')} files into "
+            f"{metrics.get('numAddedFiles', '?')} in {time.time() - started:.1f} s"
+        )
+    return True
 
 
 def unused_files_note(name: str, snapshot: TableSnapshot) -> Optional[str]:

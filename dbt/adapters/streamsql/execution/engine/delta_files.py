@@ -30,10 +30,10 @@ from dbt.adapters.streamsql.planning.plan import Column
 
 logger = AdapterLogger("StreamSQL")
 
-# A table's location, per dbt invocation (the key's first part) and table name.
-_LOCATIONS: Dict[Tuple[str, str], Optional[str]] = {}
-# ... and as the catalog says it (`file:/...`), which snapshots give as SQL's do
-_CATALOG_LOCATIONS: Dict[Tuple[str, str], str] = {}
+# A table's location, per dbt invocation (the key's first part) and table name: its folder on
+# this machine (None: not local) and the catalog's form of it (`file:/...`), which snapshots give
+# as SQL's do.
+_LOCATIONS: Dict[Tuple[str, str], Tuple[Optional[str], str]] = {}
 _DELTA_TYPE_NAMES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
 
 
@@ -103,7 +103,7 @@ class FileDeltaLog:
                 columns,
                 int(size) if size is not None else None,
                 int(files) if files is not None else None,
-                _CATALOG_LOCATIONS.get((self.invocation, name)),
+                _LOCATIONS[(self.invocation, name)][1],  # set by _log_dir above
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:  # no checksum file: ask SQL
             logger.debug(f"Reading {name}'s checksum file failed ({exc}); asking through SQL")
@@ -143,9 +143,8 @@ class FileDeltaLog:
                 known = str(detail.get("location") or "")
             location = urlparse(known)
             local = location.scheme in ("", "file") and os.path.isdir(unquote(location.path))
-            _LOCATIONS[key] = unquote(location.path) if local else None
-            _CATALOG_LOCATIONS[key] = known
-        path = _LOCATIONS[key]
+            _LOCATIONS[key] = (unquote(location.path) if local else None, known)
+        path = _LOCATIONS[key][0]
         if path is None:
             return None
         log = os.path.join(path, "_delta_log")

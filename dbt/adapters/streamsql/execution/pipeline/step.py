@@ -248,8 +248,7 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
     step.record.emit_final = ctx.model.emit_final  # a change since the last step was refused
     tables.compact_state_tables(ctx, plan, step, rules.lateness)
     cleanup.clean_side_tables(ctx, rules, step)
-    small_files.compact_small_files(ctx, rules, step)
-    small_files.warn_unused_files(ctx, rules, step)
+    small_files.tidy_files(ctx, rules, step)
 
     # 3. the change, and 4. event time
     columns = schema.written_columns(ctx, step.schema, previous, plan.output_columns)
