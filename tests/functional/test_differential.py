@@ -5,11 +5,11 @@ A seeded generator changes three source Delta tables step after step (inserts, d
 exact duplicate rows, NULL keys and values, rows inserted and deleted within one step, updates of
 join and group keys). Each step is one `dbt run` of one project holding a model for every
 fast-path construct of docs/sql-support.md (top-K per partition, IN / EXISTS / NOT IN / NOT EXISTS
-subqueries, FULL and RIGHT joins included), aggregates below joins and other aggregates
-(stages), plus a few that must fall back to recompute. After each step
-every model's table is compared, as a multiset, with its compiled SELECT evaluated from scratch,
-and the plan each model reports in its adapter response is checked, so a silent fallback to
-recompute fails the test too.
+subqueries, FULL and RIGHT joins, INTERSECT and EXCEPT, scalar subqueries, ROLLUP, CUBE and
+GROUPING SETS included), aggregates below joins and other aggregates (stages), plus a few that
+must fall back to recompute. After each step every model's table is compared, as a multiset,
+with its compiled SELECT evaluated from scratch, and the plan each model reports in its adapter
+response is checked, so a silent fallback to recompute fails the test too.
 
     STREAMSQL_DIFF_SEED=7 STREAMSQL_DIFF_STEPS=50 pytest tests/functional/test_differential.py
 """
@@ -219,10 +219,72 @@ MODELS: Dict[str, tuple] = {
         f"select c.k, c.g, c.n from c join t on c.k <=> t.k and c.n >= t.top",
         "linear",
     ),
-    # -- recompute ---------------------------------------------------------------------------------
-    "re_row_number": (
+    # -- INTERSECT / EXCEPT: counts of each side's rows (NULLs equal, types widened) -------------
+    "agg_intersect": (
+        f"select k, g from {FACTS} intersect select k, label from {DIMS}",
+        "aggregate",
+    ),
+    "agg_except": (  # over a stage: the INTERSECT nested in it
+        f"select k, n from {FACTS} except "
+        f"(select k, w from {DIMS} intersect select k, cast(v as int) from {EXTRA})",
+        "aggregate",
+    ),
+    "lin_intersect_all": (
+        f"select k, v from {FACTS} intersect all select k, v from {EXTRA}",
+        "linear",
+    ),
+    "lin_except_all": (f"select k from {FACTS} except all select k from {DIMS}", "linear"),
+    # -- scalar subqueries: a one-row stage CROSS JOINed -----------------------------------------
+    "lin_scalar_where": (
+        f"select rid, k, v from {FACTS} where v > (select avg(v) from {EXTRA})",
+        "linear",
+    ),
+    "lin_scalar_projection": (
+        f"select rid, k, v - (select max(v) from {FACTS}) as below_top from {FACTS}",
+        "linear",
+    ),
+    "agg_scalar_where": (
+        f"select g, count(*) as c, sum(v) as sum_v from {FACTS} "
+        f"where n >= (select min(w) from {DIMS}) group by g",
+        "aggregate",
+    ),
+    # -- ROLLUP / CUBE / GROUPING SETS: a stage per grouping set, stacked ------------------------
+    "lin_rollup": (
+        f"select k, g, n, count(*) as c, sum(v) as sum_v, grouping_id() as gid "
+        f"from {FACTS} group by k, rollup(g, n)",
+        "linear",
+    ),
+    "lin_cube": (
+        f"select g, k, count(*) as c, grouping(k) as gk from {FACTS} group by cube(g, k) "
+        f"having count(*) > 1",
+        "linear",
+    ),
+    "lin_grouping_sets": (
+        f"select k, date_trunc('hour', ts) as h, max(n) as max_n from {FACTS} "
+        f"group by grouping sets ((k), (date_trunc('hour', ts)), ())",
+        "linear",
+    ),
+    # -- windows per partition without a rank filter (ORDER BYs that leave only rows tied whose
+    # outputs are equal, so that the query itself is deterministic) ----------------------------
+    "lin_row_number_all": (
         f"select rid, k, row_number() over (partition by k order by rid, v, n, g) as rn "
         f"from {FACTS}",
+        "linear",
+    ),
+    "lin_running_sum": (
+        f"select rid, k, ts, sum(v) over (partition by k order by ts) as run from {FACTS}",
+        "linear",
+    ),
+    "lin_moving_avg_lag": (
+        f"select rid, g, n, avg(n) over (partition by g order by ts, rid, n "
+        f"rows between 2 preceding and current row) as m, lag(n) over (partition by g "
+        f"order by ts, rid, n) as prev_n, lead(ts) over (partition by g order by ts, rid, n) "
+        f"as next_ts from {FACTS}",
+        "linear",
+    ),
+    # -- recompute ---------------------------------------------------------------------------------
+    "re_lag_without_partition": (
+        f"select rid, n, lag(n) over (order by rid, ts, n, v, k, g) as prev_n from {FACTS}",
         "recompute",
     ),
     "re_top_n": (

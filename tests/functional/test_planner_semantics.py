@@ -98,6 +98,21 @@ LINEAR = [
     "select t.id, u.k, u.w from demo.t right outer join demo.u on t.k = u.k and t.n > u.w",
     "select a.id, u.w, b.id as id2 from demo.t a full join demo.u on a.k = u.k "
     "join demo.t b on b.k = u.k",
+    # windows per partition without a rank filter: the touched partitions evaluated again (the
+    # ORDER BY of a window over rows leaves only rows tied that give the same output, so that
+    # Spark's answer over old and new inputs is one; the step breaks ties itself)
+    "select id, k, sum(v) over (partition by k order by ts) as run from demo.t",
+    "select id, k, avg(n) over (partition by k order by ts, id, n rows between 2 preceding and "
+    "current row) as m, count(*) over (partition by k) as c from demo.t",
+    "select id, k, lag(n, 1, -1) over (partition by k order by ts, id, n, v) as p, "
+    "lead(v) over (partition by k order by ts, id, n, v) as nx from demo.t",
+    "select k, s, ntile(2) over (partition by k order by n, s) as q, "
+    "row_number() over (partition by k order by n, s) as rn from demo.t",
+    "select k, first_value(n) over (partition by k order by ts, n rows between unbounded "
+    "preceding and current row) as f, nth_value(n, 2) over (partition by k order by ts, n "
+    "rows between unbounded preceding and unbounded following) as second from demo.t",
+    "select id, sum(n) over (partition by k order by ts range between interval 1 hour "
+    "preceding and current row) as s from demo.t",
     "select id from demo.t where k in (select k from demo.u) union all "
     "select id from (select id, row_number() over (partition by s order by id, v) as rn "
     "from demo.t) x where rn <= 2",
@@ -137,6 +152,9 @@ AGGREGATE = [
     "select k, count(*) as c from demo.t where k in (select k from demo.u) group by k",
     "select count(*) as c, sum(n) as sn from demo.t "
     "where not exists (select 1 from demo.u where u.k = t.k)",
+    # INTERSECT / EXCEPT: NULL keys equal, an int side against a bigint one
+    "select k, s from demo.t intersect select k, cast(w as string) as s from demo.u",
+    "select k, n from demo.t except select k, w from demo.u",
 ]
 
 RECOMPUTE = [

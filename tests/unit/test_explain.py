@@ -121,7 +121,13 @@ def test_split_reason_separates_shape_and_notes():
             "window function row_number() without PARTITION BY is not maintained incrementally",
             "partition the window",
         ),
-        ("window function lag() is not maintained incrementally", "only ROW_NUMBER, RANK"),
+        ("window function collect_list() is not maintained incrementally", "LAG, LEAD"),
+        (
+            "window function first_value() over a RANGE frame (the default with ORDER BY) is not "
+            "maintained incrementally",
+            "ROWS frame",
+        ),
+        ("window function sum() without PARTITION BY is not maintained", "partition the window"),
         ("LIMIT is not maintained incrementally", "top rows per partition"),
         ("OFFSET is not maintained incrementally", "top rows per partition"),
         ("NOT IN (subquery) over several columns is not maintained incrementally", "NOT EXISTS"),
@@ -136,10 +142,18 @@ def test_split_reason_separates_shape_and_notes():
             "projection or join condition) is not maintained incrementally",
             "AND the condition",
         ),
-        ("scalar subquery is not maintained incrementally", "join the subquery"),
+        (
+            "scalar subquery other than an uncorrelated aggregate without GROUP BY, read in a "
+            "WHERE or in the projections of a block without aggregates, is not maintained "
+            "incrementally",
+            "join the subquery",
+        ),
         ("nondeterministic function rand() is not maintained incrementally", "outside the model"),
         ("user-defined function my_udf() may be nondeterministic or an aggregate", "built-in"),
-        ("INTERSECT is not maintained incrementally", "NOT EXISTS"),
+        (
+            "INTERSECT ALL whose sides repeat a column name is not maintained incrementally",
+            "a name of its own",
+        ),
         ("GROUP BY ALL is not maintained incrementally", "list the GROUP BY"),
         (
             "session_window() merges rows across changes and is not maintained incrementally",

@@ -143,6 +143,47 @@ LINEAR_CASES = [
         "fast path: projection, semi join",
         False,
     ),
+    (
+        "select room, (select max(floor) from demo.rooms) as top from demo.sensors "
+        "where reading > (select avg(floor) from demo.rooms)",
+        ("room", "top bigint"),
+        "fast path: filter, projection, scalar subquery; over 2 stages (global aggregate (max); "
+        "min/max recompute a group after a deletion; global aggregate (avg))",
+        True,
+    ),
+    (
+        "select room, count(*) as n from demo.sensors group by room with rollup",
+        ("room", "n bigint"),
+        "fast path: projection, rollup; over 2 stages (group by (count(*)); "
+        "global aggregate (count(*)))",
+        True,
+    ),
+    (
+        "select room, reading, count(*) as n from demo.sensors group by cube(room, reading)",
+        ("room", "reading int", "n bigint"),
+        "fast path: projection, cube; over 4 stages (group by (count(*)); "
+        "global aggregate (count(*)))",
+        True,
+    ),
+    (
+        "select room, count(*) as n from demo.sensors group by grouping sets ((room), ())",
+        ("room", "n bigint"),
+        "fast path: projection, grouping sets; over 2 stages (group by (count(*)); "
+        "global aggregate (count(*)))",
+        True,
+    ),
+    (
+        "select room from demo.sensors intersect all select room from demo.rooms",
+        ("room",),
+        "fast path: projection, intersect all; over 1 stage (intersect all counts (count))",
+        True,  # over inserts only: a stage that removes a row makes the step net its change
+    ),
+    (
+        "select room from demo.sensors except all select room from demo.rooms",
+        ("room",),
+        "fast path: projection, except all; over 1 stage (except all counts (count))",
+        True,  # over inserts only: a stage that removes a row makes the step net its change
+    ),
 ]
 
 
@@ -193,6 +234,16 @@ AGGREGATE_CASES = [
         ("room", "n bigint"),
         "fast path: group by (count(*))",
     ),
+    (
+        "select room from demo.sensors intersect select room from demo.rooms",
+        ("room",),
+        "fast path: intersect (count)",
+    ),
+    (
+        "select room from demo.sensors except select room from demo.rooms",
+        ("room",),
+        "fast path: except (count)",
+    ),
 ]
 
 
@@ -234,19 +285,28 @@ RECOMPUTE_CASES = [
         "IN (subquery) other than",
     ),
     (
-        "select room, (select max(floor) from demo.rooms) as top from demo.sensors",
-        "scalar subquery",
+        "select s.room, (select max(r.floor) from demo.rooms r where r.room = s.room) as top "
+        "from demo.sensors s",
+        "scalar subquery other than",
     ),
-    ("select room from demo.sensors intersect select room from demo.rooms", "INTERSECT"),
-    ("select room from demo.sensors except select room from demo.rooms", "EXCEPT"),
+    (
+        "select room, count(*) as n from demo.sensors group by room "
+        "having count(*) > (select count(*) from demo.rooms)",
+        "scalar subquery other than",
+    ),
+    ("select room from demo.sensors where reading > (select floor from demo.rooms)", "scalar"),
+    (
+        "select room from demo.sensors except select room from demo.rooms order by room limit 3",
+        "LIMIT",
+    ),
     (
         "select s.room from demo.sensors s left join demo.rooms r on s.ts < r.floor",
         "LEFT JOIN without an equality",
     ),
-    ("select room, count(*) as n from demo.sensors group by room with rollup", "ROLLUP"),
     (
-        "select room, count(*) as n from demo.sensors group by grouping sets ((room), ())",
-        "GROUPING SETS",
+        "select x.room, x.n from (select room, count(*) as n from demo.sensors "
+        "group by rollup(room)) x where x.n > 1",
+        "GROUPING SETS/ROLLUP/CUBE",
     ),
     (
         "select session_window(ts, '5 minutes') as w, count(*) as n from demo.sensors "
@@ -750,3 +810,83 @@ def test_an_aggregate_over_a_full_join_names_it():
     assert step.strategy == "aggregate"
     assert step.reason == "fast path: group by (count(*)); over full join"
     assert "FULL JOIN" in step.aggregate.delta_sql
+
+
+def test_intersect_and_except_are_aggregates_keyed_by_every_column():
+    step = plan(
+        "select room, floor from demo.rooms intersect select room, reading from demo.sensors",
+        "room",
+        "floor bigint",
+    )
+    assert step.aggregate.key_columns == ("room", "floor")  # a step MERGEs the rows by key
+    counted = step.aggregate.delta_sql
+    assert "_streamsql_left" in counted and "_streamsql_right" in counted
+
+
+def test_a_set_operation_below_the_top_is_a_stage():
+    step = plan(
+        "select room from demo.rooms except "
+        "(select room from demo.sensors intersect select room from demo.rooms where floor > 1)",
+        "room",
+    )
+    assert step.strategy == "aggregate"
+    assert step.reason == "fast path: except (count); over 1 stage (intersect (count))"
+
+
+def test_a_set_operation_whose_side_repeats_a_name_is_recomputed():
+    step = plan(
+        "select room, room from demo.rooms intersect all select room, room from demo.sensors",
+        "a",
+        "b",
+    )
+    assert step.reason == (
+        "recompute: INTERSECT ALL whose sides repeat a column name is not maintained incrementally"
+    )
+
+
+def grouping_branches(sql: str, *columns: str):
+    from dbt.adapters.streamsql.planning.grouping_sets import rewrite
+
+    output = [Column(*(c.split(" ", 1) if " " in c else (c, "string"))) for c in columns]
+    union = rewrite(parse(sql), output)
+    return [b.sql("spark") for b in union.find_all(exp.Select)]
+
+
+def test_grouping_sets_are_one_group_by_each_with_the_others_null_and_grouping_constant():
+    branches = grouping_branches(
+        "select k, g, n, sum(n) as s, grouping_id() as gid, grouping(n) as gn from t "
+        "group by k, rollup(g, n) having sum(n) > 0",
+        "k int",
+        "g string",
+        "n int",
+        "s bigint",
+        "gid bigint",
+        "gn tinyint",
+    )
+    assert sorted(branches) == sorted(
+        [
+            "SELECT k AS k, g AS g, n AS n, SUM(n) AS s, CAST(0 AS BIGINT) AS gid, "
+            "CAST(0 AS TINYINT) AS gn FROM t GROUP BY k, g, n HAVING SUM(n) > 0",
+            # n left out: NULL of the model's type outside the aggregate, summed inside it
+            "SELECT k AS k, g AS g, CAST(NULL AS INT) AS n, SUM(n) AS s, CAST(1 AS BIGINT) AS gid, "
+            "CAST(1 AS TINYINT) AS gn FROM t GROUP BY k, g HAVING SUM(n) > 0",
+            "SELECT k AS k, CAST(NULL AS STRING) AS g, CAST(NULL AS INT) AS n, SUM(n) AS s, "
+            "CAST(3 AS BIGINT) AS gid, CAST(1 AS TINYINT) AS gn FROM t GROUP BY k "
+            "HAVING SUM(n) > 0",
+        ]
+    )
+
+
+def test_the_grand_total_gives_no_row_over_no_rows_and_cube_gives_every_subset():
+    branches = grouping_branches(
+        "select a, b, count(*) as c from t group by cube(a, b)", "a", "b", "c bigint"
+    )
+    assert len(branches) == 4
+    assert (
+        "SELECT CAST(NULL AS STRING) AS a, CAST(NULL AS STRING) AS b, COUNT(*) AS c FROM t "
+        "HAVING COUNT(*) > 0" in branches
+    )
+    sets = grouping_branches(
+        "select a, b from t group by grouping sets ((a, b), a, (), a)", "a", "b"
+    )
+    assert len(sets) == 4  # a set listed twice gives its rows twice, as in Spark

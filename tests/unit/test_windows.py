@@ -187,25 +187,9 @@ def test_an_aggregate_over_a_top_k_block_reads_its_change():
     "sql, reason",
     [
         (
-            "select id, row_number() over (partition by id order by updated_at) as rn "
-            "from demo.events",
-            "window function row_number() without a filter on its rank",
-        ),
-        (
             "select * from (select id, rank() over (order by updated_at) as r from demo.events) e "
             "where r = 1",
             "window function rank() without PARTITION BY",
-        ),
-        (
-            "select * from (select id, sum(id) over (partition by status order by updated_at "
-            "rows between 2 preceding and current row) as s, "
-            "rank() over (partition by status order by id) as r from demo.events) e where r = 1",
-            "window function sum() over a ROWS frame",
-        ),
-        (
-            "select * from (select id, lag(id) over (partition by status order by id) as p, "
-            "rank() over (partition by status order by id) as r from demo.events) e where r = 1",
-            "window function lag()",
         ),
         (
             "select * from (select id, rank() over (partition by id order by updated_at) as r, "
@@ -218,11 +202,6 @@ def test_an_aggregate_over_a_top_k_block_reads_its_change():
             "over an aggregate in the same SELECT",
         ),
         (
-            "select * from (select * from (select id, rank() over (partition by id "
-            "order by updated_at) as r from demo.events) e) f where r = 1",
-            "without a filter on its rank",
-        ),
-        (
             "select * from (select id, row_number() over (partition by id order by updated_at) "
             "as a, row_number() over (partition by id order by status) as b from demo.events) e "
             "where a = 1",
@@ -233,6 +212,15 @@ def test_an_aggregate_over_a_top_k_block_reads_its_change():
             "from demo.events) e where r = 1 order by id limit 3",
             "LIMIT",
         ),
+        (
+            "select id, first_value(status) over (partition by id order by updated_at) as f "
+            "from demo.events",
+            "window function first_value() over a RANGE frame",
+        ),
+        (
+            "select id, collect_list(status) over (partition by id) as f from demo.events",
+            "window function collect_list() is not maintained incrementally",
+        ),
     ],
 )
 def test_other_windows_fall_back_to_recompute(sql, reason):
@@ -240,3 +228,67 @@ def test_other_windows_fall_back_to_recompute(sql, reason):
     step = plan(sql, *(n if n != "*" else "id bigint" for n in names))
     assert step.strategy == "recompute"
     assert reason in step.reason, step.reason
+
+
+@pytest.mark.parametrize(
+    "sql, reason",
+    [
+        (
+            "select id, row_number() over (partition by id order by updated_at) as rn "
+            "from demo.events",
+            "fast path: window per partition (row_number)",
+        ),
+        (
+            "select e.id, e.s from (select id, sum(id) over (partition by status "
+            "order by updated_at rows between 2 preceding and current row) as s, "
+            "rank() over (partition by status order by id) as r from demo.events) e where r = 1",
+            "fast path: filter, projection, derived table, top-k per partition (rank)",
+        ),
+        (
+            "select id, lag(id, 2, 0) over (partition by status order by id) as p, "
+            "lead(status) over (partition by status order by id) as n, sum(id) over "
+            "(partition by status order by updated_at range between interval 1 hour preceding "
+            "and current row) as s from demo.events",
+            "fast path: window per partition (lag, lead, sum)",
+        ),
+        (
+            "select f.id from (select * from (select id, rank() over (partition by id "
+            "order by updated_at) as r from demo.events) e) f where r = 1",
+            "fast path: filter, projection, derived table, window per partition (rank)",
+        ),
+        (
+            "select status, count(*) as n from (select status, ntile(4) over (partition by id "
+            "order by updated_at) as q from demo.events) e where e.q = 1 group by status",
+            "fast path: group by (count(*)); over window per partition (ntile)",
+        ),
+    ],
+)
+def test_windows_per_partition_reevaluate_the_touched_partitions(sql, reason):
+    names = [p.alias_or_name for p in parse(sql).expressions]
+    step = plan(sql, *(n if n != "*" else "id bigint" for n in names))
+    assert step.reason == reason
+    change = step.change_sql or step.aggregate.delta_sql
+    assert "LEFT SEMI JOIN" in change  # restricted to the partitions the change touches
+
+
+def test_windows_that_depend_on_tied_rows_order_get_tie_breakers_others_keep_their_peers():
+    step = plan(
+        "select id, lag(attrs['a']) over (partition by status order by updated_at) as p, "
+        "sum(id) over (partition by status order by updated_at) as running, "
+        "avg(id) over (partition by status order by updated_at rows 2 preceding) as moving "
+        "from demo.events",
+        "id bigint",
+        "p",
+        "running bigint",
+        "moving double",
+    )
+    lag, running, moving = windows(step.change_sql)[:3]
+    orders = [[o.sql("spark") for o in w.args["order"].expressions] for w in (lag, running, moving)]
+    # the selected id, and what LAG reads (a map: through its JSON text)
+    assert orders[0] == [
+        "events.updated_at",
+        "events.id",
+        "TO_JSON(STRUCT(events.attrs AS c0))",
+    ]
+    assert orders[1] == ["events.updated_at"]  # RANGE frame: peers stay peers
+    assert orders[2] == orders[0]

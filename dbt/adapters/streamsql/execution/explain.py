@@ -244,14 +244,20 @@ RECOMPUTE_ADVICE: Tuple[Tuple[str, str], ...] = (
     ),
     (
         r"without partition by",
-        "partition the window (PARTITION BY) and filter its rank by a constant (= c, <= c, < c) "
-        "in the query right above it: a top-K per partition is maintained",
+        "partition the window (PARTITION BY): a step then evaluates only the partitions its "
+        "change touches",
+    ),
+    (
+        r"over a range frame",
+        "give the window a ROWS frame (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW), whose "
+        "ties the step breaks itself",
     ),
     (
         r"window function|named window|window clause|qualify",
-        "only ROW_NUMBER, RANK and DENSE_RANK with PARTITION BY, whose rank the query right above "
-        "filters by a constant (= c, <= c, < c, or QUALIFY), are maintained; compute other window "
-        "functions in a model that is a table, or where the view is read",
+        "windows with a PARTITION BY key in common are maintained (ranks, NTILE, LAG, LEAD, "
+        "COUNT/SUM/AVG/MIN/MAX over any frame, FIRST_VALUE/LAST_VALUE/NTH_VALUE over ROWS), "
+        "written inline in one SELECT without aggregates; compute other window functions in a "
+        "model that is a table, or where the view is read",
     ),
     (
         r"^(limit|offset|fetch) ",
@@ -276,8 +282,8 @@ RECOMPUTE_ADVICE: Tuple[Tuple[str, str], ...] = (
     ),
     (
         r"scalar subquery",
-        "join the subquery instead: an aggregate in a joined derived table is maintained as a "
-        "stage",
+        "join the subquery instead (a correlated one as a GROUP BY of its correlation keys, "
+        "joined on them): an aggregate in a joined derived table is maintained as a stage",
     ),
     (
         r"nondeterministic function",
@@ -290,14 +296,14 @@ RECOMPUTE_ADVICE: Tuple[Tuple[str, str], ...] = (
     ),
     (r"parenthesized join", "write the joins one after another, without parentheses"),
     (
-        r"^(intersect|except)",
-        "write INTERSECT as IN / EXISTS and EXCEPT as NOT EXISTS (with DISTINCT above for set "
-        "semantics)",
+        r"^(intersect|except).* repeat a column name",
+        "give each column of both sides a name of its own (`select a, a as a2 ...`)",
     ),
     (r"group by all", "list the GROUP BY expressions"),
     (
         r"grouping sets|rollup|cube",
-        "one GROUP BY per grouping, as a UNION ALL of them or one model each",
+        "move the ROLLUP / CUBE / GROUPING SETS to the top block of the model (a model of its "
+        "own), where each grouping set is a stage; or one GROUP BY per grouping, as a UNION ALL",
     ),
     (r"distinct on", "use ROW_NUMBER() OVER (PARTITION BY ...) = 1 in the query above it"),
     (

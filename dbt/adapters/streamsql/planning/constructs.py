@@ -43,6 +43,12 @@ _NONDETERMINISTIC_CLASSES = tuple(
 )
 
 
+_SCALAR = (
+    "scalar subquery other than an uncorrelated aggregate without GROUP BY, read in a WHERE or "
+    "in the projections of a block without aggregates, is not maintained incrementally"
+)
+
+
 def nonlinear_construct(tree: exp.Expression) -> Optional[str]:
     """Why no fast path can maintain `tree`, whatever its shape; None when nothing stands in the
     way.
@@ -75,14 +81,14 @@ def nonlinear_construct(tree: exp.Expression) -> Optional[str]:
                 "CASE, in a projection or join condition) is not maintained incrementally"
             )
         if isinstance(node, exp.Subquery) and not isinstance(node.parent, (exp.From, exp.Join)):
-            return "scalar subquery is not maintained incrementally"
+            return _SCALAR
         if (
             isinstance(node, exp.Query)
             and not isinstance(node, exp.Subquery)
             and node.parent is not None
             and not isinstance(node.parent, (exp.Subquery, exp.SetOperation, exp.CTE, exp.With))
         ):
-            return "scalar subquery is not maintained incrementally"
+            return _SCALAR
         if isinstance(node, exp.Func):
             reason = _function_obstacle(node)
             if reason:

@@ -35,6 +35,7 @@ from dbt.adapters.streamsql.planning.joins.keyed import render_from
 from dbt.adapters.streamsql.planning.joins.kinds import join_construct
 from dbt.adapters.streamsql.planning.key_ranges import bounds_on, equalities_of, key_ranges
 from dbt.adapters.streamsql.planning.plan import WEIGHT, KeyBound, bound_placeholder
+from dbt.adapters.streamsql.planning.set_operations import SHAPE
 from dbt.adapters.streamsql.planning.terms import (
     DELTA,
     NEW,
@@ -48,9 +49,16 @@ from dbt.adapters.streamsql.planning.terms import (
     union_all,
     weight_literal,
 )
-from dbt.adapters.streamsql.planning.windows import partition_keys, ranking_names, windows_of
+from dbt.adapters.streamsql.planning.windows import (
+    has_rank_filter,
+    partition_keys,
+    ranking_names,
+    window_name,
+    windows_of,
+)
 
 TOP_K = "top-k per partition"
+WINDOWS = "window per partition"  # a window block without a rank filter above it
 
 
 @dataclass
@@ -79,7 +87,7 @@ class DeltaBuilder:
                 raise RecomputeRequired(
                     "UNION (distinct) below the top of the query is not maintained incrementally"
                 )
-            self.constructs.add("union all")
+            self.constructs.add(query.meta.get(SHAPE, "union all"))  # or a ROLLUP's sets
             return exp.union(
                 self.query_delta(query.this), self.query_delta(query.expression), distinct=False
             )
@@ -110,7 +118,11 @@ class DeltaBuilder:
         K = the partition keys of the rows in the change of the block below its windows (FROM,
         joins, WHERE); the block over the new inputs restricted to K, +1, and over the old, -1.
         """
-        self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
+        if has_rank_filter(select):
+            self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
+        else:
+            names = ", ".join(dict.fromkeys(window_name(w) for w in windows_of(select)))
+            self.constructs.add(f"{WINDOWS} ({names})")
         sources = self.block_sources(select)
         keys = partition_keys(select)
         terms = self.block_terms(sources)
@@ -154,8 +166,8 @@ class DeltaBuilder:
                 raise RecomputeRequired(f"{kind} JOIN is not maintained incrementally")
             self.constructs.add(join_construct(join))
             sources.append(self._source(join.this, join))
-        if select.args.get("laterals"):
-            self.constructs.add("lateral view")
+        if select.args.get("laterals"):  # or the copies of an INTERSECT / EXCEPT ALL
+            self.constructs.add(select.meta.get(SHAPE, "lateral view"))
         return sources
 
     def _source(self, node: exp.Expression, join: Optional[exp.Join]) -> Source:

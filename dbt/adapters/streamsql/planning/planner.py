@@ -5,8 +5,10 @@ Strategy, by the shape of the query (docs/sql-support.md lists what the fast pat
 - "linear": projection, filter, UNION ALL, inner/cross joins, left/right/full equi-joins, semi
   and anti joins (IN / EXISTS / NOT IN / NOT EXISTS subqueries become those, `subqueries.py`),
   top-K per partition (`windows.py`), derived tables and CTEs, LATERAL VIEW generators
-  (`linear.py`, the joins in `joins/`);
-- "aggregate": a GROUP BY / DISTINCT / UNION / global aggregate at the top, possibly under a
+  (`linear.py`, the joins in `joins/`), INTERSECT ALL / EXCEPT ALL over a stage of counts
+  (`set_operations.py`);
+- "aggregate": a GROUP BY / DISTINCT / UNION / INTERSECT / EXCEPT / global aggregate at the top
+  (INTERSECT and EXCEPT as counts of each side's rows, `set_operations.py`), possibly under a
   projection and filter, over any linear FROM clause (`aggregates/`, one rule per aggregate kind);
 - "recompute": everything else (`recompute.py`), with the construct that forced it as reason.
 
@@ -26,6 +28,7 @@ from dbt.adapters.streamsql.planning.aggregates.planner import AggregatePlanner
 from dbt.adapters.streamsql.planning.binding import bind_tree, bound_input, parse_query
 from dbt.adapters.streamsql.planning.constructs import drop_ordering, nonlinear_construct
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
+from dbt.adapters.streamsql.planning.grouping_sets import rewrite as rewrite_grouping_sets
 from dbt.adapters.streamsql.planning.linear import DeltaBuilder
 from dbt.adapters.streamsql.planning.plan import (
     DIALECT,
@@ -36,6 +39,8 @@ from dbt.adapters.streamsql.planning.plan import (
     StepPlan,
 )
 from dbt.adapters.streamsql.planning.recompute import recompute_change_sql
+from dbt.adapters.streamsql.planning.scalar_subqueries import rewrite as rewrite_scalar_subqueries
+from dbt.adapters.streamsql.planning.set_operations import rewrite as rewrite_set_operations
 from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages
 from dbt.adapters.streamsql.planning.subqueries import rewrite as rewrite_subqueries
 from dbt.adapters.streamsql.planning.terms import NEW, at_version
@@ -100,8 +105,9 @@ def plan_step(
 
 
 def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Describe]) -> StepPlan:
-    tree = eliminate_qualify(tree)
+    tree = rewrite_grouping_sets(rewrite_set_operations(eliminate_qualify(tree)), output_columns)
     rewrite_subqueries(tree)
+    rewrite_scalar_subqueries(tree)
     obstacle = nonlinear_construct(tree)
     if obstacle:
         raise RecomputeRequired(obstacle)

@@ -54,6 +54,15 @@ _ORIGIN = re.compile(r"^_streamsql_(in|exists|notin|notexists)\d+$")
 _ORIGIN_NAMES = {"in": IN, "exists": EXISTS, "notin": NOT_IN, "notexists": NOT_EXISTS}
 
 
+# The alias prefix of the one-row derived tables scalar_subqueries.py joins in their place.
+SCALAR_PREFIX = "_streamsql_scalar"
+
+
+def is_scalar_join(join: exp.Join) -> bool:
+    """A join scalar_subqueries.py made of a scalar subquery."""
+    return (join.this.alias_or_name or "").startswith(SCALAR_PREFIX)
+
+
 def key_column(j: int) -> str:
     return f"_streamsql_k{j}"
 
@@ -143,7 +152,7 @@ def _sources(select: exp.Select) -> List[exp.Expression]:
     return ([from_.this] if from_ is not None else []) + joined
 
 
-def _defined_aliases(query: exp.Expression) -> Set[str]:
+def defined_aliases(query: exp.Expression) -> Set[str]:
     """Every relation alias defined anywhere inside `query`."""
     names = {node.alias_or_name for node in query.find_all(exp.Table, exp.Subquery)}
     names |= {alias.name for alias in query.find_all(exp.TableAlias) if alias.name}
@@ -158,7 +167,7 @@ def _as_join(select: exp.Select, kind: str, node: exp.Expression, alias: str) ->
     else:
         values, query = [], node.this
     outer = {source.alias_or_name for source in _sources(select)}
-    inner = _defined_aliases(query)
+    inner = defined_aliases(query)
     references = [c for c in query.find_all(exp.Column) if c.table and c.table not in inner]
     if any(c.table not in outer for c in references):
         raise RecomputeRequired(

@@ -1,8 +1,9 @@
-"""Top-K per partition: window functions whose rank the query filters by a constant.
+"""Window functions per partition: top-K blocks, running and moving aggregates, LAG and LEAD.
 
     select * from (select *, row_number() over (partition by id order by updated_at desc) as rn
                    from raw.customers) where rn = 1
     select * from bids qualify rank() over (partition by auction order by price desc) <= 2
+    select id, sum(amount) over (partition by customer order by ts) as running from orders
 
 A window function partitioned by P computes each partition from the rows with that partition
 key alone. So when the rows of the block below the window (its FROM, joins and WHERE) change
@@ -17,16 +18,21 @@ only in those partitions, and
 WHERE, so both evaluations see whole partitions. Everything above the window block (the rank
 filter, projections, joins, aggregates) applies to that change like to any other.
 
-That rule holds for any window block; the fast path takes the ones that keep few rows per
-partition, i.e. whose rank is filtered by a constant (`= c`, `<= c`, `< c`) right above them, so
-that a touched partition costs its own rows and the change is a handful of rows. What else is
-on the recompute path, and why, is in `window_obstacle`.
+That rule holds for any window block whose windows share a partition key: a touched partition
+costs its own rows, twice. Where the query filters the rank by a constant (`= c`, `<= c`, `< c`)
+right above the block (a top-K block), the change is a handful of rows; otherwise (a running
+sum, LAG) it is the rows of the touched partitions whose values changed, once old and new
+evaluations are netted. What stays on the recompute path, and why, is in `window_obstacle`.
 
-ROW_NUMBER among rows that tie on the ORDER BY is not deterministic in Spark: evaluating the old
-inputs again could number tied rows differently than the step that wrote the model did, and the
-change would then delete a row the model does not hold. So the planner breaks ties by the
-block's other output columns (`add_tie_breakers`): rows that still tie are identical in what the
-query returns, whichever is numbered first. That is one of the answers Spark may give.
+ROW_NUMBER among rows that tie on the ORDER BY is not deterministic in Spark, nor are NTILE, LAG,
+LEAD and any ROWS frame (`by_position`): evaluating the old inputs again could order tied rows
+differently than the step that wrote the model did, and the change would then delete a row the
+model does not hold. So the planner breaks ties by the block's other output columns and the
+columns those functions read (`add_tie_breakers`): rows that still tie give the same output,
+whichever comes first. That is one of the answers Spark may give. A RANGE frame (the default
+with an ORDER BY) needs none: rows tied on the ORDER BY are peers, in each other's frames;
+FIRST_VALUE / LAST_VALUE / NTH_VALUE over one stay a recompute, since which peer comes first is
+Spark's choice and breaking the ties would change the frame.
 """
 
 from __future__ import annotations
@@ -44,6 +50,12 @@ RANKS = ("row_number", "rank", "dense_rank")
 # partition's rows as a multiset (ROW_NUMBER once its ties are broken, see the module docstring).
 _DETERMINISTIC = RANKS + ("percent_rank", "cume_dist")
 _WHOLE_PARTITION_AGGREGATES = ("count", "sum", "avg", "mean", "min", "max")
+# Functions whose value depends on the order of rows that tie on the ORDER BY (each row's
+# position, not its peers): exact once their ties are broken (`add_tie_breakers`).
+_BY_POSITION = ("row_number", "ntile", "lag", "lead")
+# ... and these, over a ROWS frame (over a RANGE frame their value depends on which of the tied
+# rows comes first or last, and breaking the ties would change the frame's peers)
+_VALUES_OF_ROWS = ("first_value", "last_value", "nth_value", "first", "last")
 
 RANK_ALIAS = "_streamsql_rank"
 
@@ -122,13 +134,17 @@ def block_obstacle(select: exp.Select) -> Optional[str]:
         name = window_name(window)
         if window.args.get("alias") is not None or not isinstance(window.this, exp.Func):
             return f"named window ({name}()) is not maintained incrementally"
-        if name in _DETERMINISTIC:
+        if name in _DETERMINISTIC + _BY_POSITION:
             continue
         if name in _WHOLE_PARTITION_AGGREGATES and not isinstance(window.this.this, exp.Distinct):
-            spec = window.args.get("spec")
-            if spec is not None and str(spec.args.get("kind") or "").lower() == "rows":
-                return f"window function {name}() over a ROWS frame is not maintained incrementally"
             continue
+        if name in _VALUES_OF_ROWS and _rows_frame(window):
+            continue
+        if name in _VALUES_OF_ROWS:
+            return (
+                f"window function {name}() over a RANGE frame (the default with ORDER BY) is not "
+                "maintained incrementally"
+            )
         return f"window function {name}() is not maintained incrementally"
     if sum(window_name(w) == "row_number" for w in windows) > 1:
         return "several row_number() windows in one SELECT are not maintained incrementally"
@@ -139,12 +155,21 @@ def block_obstacle(select: exp.Select) -> Optional[str]:
             f"window functions ({', '.join(dict.fromkeys(window_name(w) for w in windows))}) "
             "without a PARTITION BY key in common are not maintained incrementally"
         )
-    if not has_rank_filter(select):
-        return (
-            f"window function {first}() without a filter on its rank (= / <= / < a constant) "
-            "right above it is not maintained incrementally"
-        )
     return None
+
+
+def _rows_frame(window: exp.Window) -> bool:
+    spec = window.args.get("spec")
+    return spec is not None and str(spec.args.get("kind") or "").lower() == "rows"
+
+
+def by_position(window: exp.Window) -> bool:
+    """Whether the window's value for a row depends on how rows tied on its ORDER BY are
+    ordered (so `add_tie_breakers` extends its ORDER BY)."""
+    name = window_name(window)
+    if name in _BY_POSITION:
+        return True
+    return name in _WHOLE_PARTITION_AGGREGATES + _VALUES_OF_ROWS and _rows_frame(window)
 
 
 def has_rank_filter(select: exp.Select) -> bool:
@@ -266,18 +291,21 @@ def eliminate_qualify(tree: exp.Expression) -> exp.Expression:
 
 
 def add_tie_breakers(tree: exp.Expression, oracle: TypeOracle) -> None:
-    """ORDER BY of every ROW_NUMBER() window extended by the block's other output columns.
+    """ORDER BY of every window whose value depends on the order of tied rows (ROW_NUMBER, NTILE,
+    LAG, LEAD, a ROWS frame: `by_position`) extended by the block's other output columns and the
+    columns those windows' functions read (LAG(x) with x not selected).
 
     Columns whose type cannot be ordered (maps, variants) or is unknown are compared through
     their JSON text, all in one `to_json(named_struct(...))`.
     """
     for select in list(tree.find_all(exp.Select)):
-        windows = [w for w in windows_of(select) if window_name(w) == "row_number"]
+        windows = [w for w in windows_of(select) if by_position(w)]
         if not windows:
             continue
         direct: List[exp.Expression] = []
         as_text: List[exp.Expression] = []
-        for projection in select.expressions:
+        read = [c for w in windows for c in w.this.find_all(exp.Column)]
+        for projection in list(select.expressions) + read:
             value = projection.unalias()
             if isinstance(value, exp.Literal) or value.find(exp.Window):
                 continue

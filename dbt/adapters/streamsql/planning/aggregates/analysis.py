@@ -18,6 +18,7 @@ from dbt.adapters.streamsql.planning.calls import aggregate_calls, contains_aggr
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.linear import DeltaBuilder
 from dbt.adapters.streamsql.planning.plan import DIALECT
+from dbt.adapters.streamsql.planning.set_operations import SHAPE
 from dbt.adapters.streamsql.planning.types import TypeOracle
 
 
@@ -111,6 +112,8 @@ def _group_expressions(
         return projections
     if group is None:
         return []
+    if select.meta.get(SHAPE):  # an INTERSECT / EXCEPT (set_operations.py)
+        shapes.append(select.meta[SHAPE])
     for key in ("all", "rollup", "cube", "totals", "grouping_sets"):
         if group.args.get(key):
             raise RecomputeRequired(

@@ -28,8 +28,8 @@ from dbt.adapters.streamsql.planning.aggregates.output import (
     output_sql,
 )
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
-from dbt.adapters.streamsql.planning.joins.kinds import KEYED_CONSTRUCTS
-from dbt.adapters.streamsql.planning.linear import TOP_K, DeltaBuilder
+from dbt.adapters.streamsql.planning.joins.kinds import KEYED_CONSTRUCTS, SCALAR
+from dbt.adapters.streamsql.planning.linear import TOP_K, WINDOWS, DeltaBuilder
 from dbt.adapters.streamsql.planning.plan import COUNT, DIALECT, FAST_PATH, AggregatePlan, Column
 from dbt.adapters.streamsql.planning.types import TypeOracle
 
@@ -123,8 +123,8 @@ class AggregatePlanner:
         detail = f"{shape} ({', '.join(dict.fromkeys(kept))})" if kept else shape
         notes = [rule.note([c for c in query.calls if c.rule is rule]) for rule in used]
         notes = [note for note in dict.fromkeys(notes) if note]
-        below = [c for c in KEYED_CONSTRUCTS if c in self._builder.constructs]
-        below += sorted(c for c in self._builder.constructs if c.startswith(TOP_K))
+        below = [c for c in KEYED_CONSTRUCTS + (SCALAR,) if c in self._builder.constructs]
+        below += sorted(c for c in self._builder.constructs if c.startswith((TOP_K, WINDOWS)))
         if below:
             notes.append(f"over {', '.join(below)}")
         return FAST_PATH + "; ".join([detail] + notes)

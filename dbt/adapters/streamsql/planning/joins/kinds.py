@@ -7,7 +7,7 @@ from typing import List, Optional, Set, Tuple
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.bounds import aliases_of, conjuncts
-from dbt.adapters.streamsql.planning.subqueries import null_aware_pair, origin
+from dbt.adapters.streamsql.planning.subqueries import is_scalar_join, null_aware_pair, origin
 
 INNER, LEFT, RIGHT, FULL = "inner", "left", "right", "full"
 SEMI, ANTI, NOT_IN = "semi", "anti", "not in"
@@ -22,6 +22,9 @@ KEYED_CONSTRUCTS = (
     "not in (subquery)",
     "not exists",
 )
+
+
+SCALAR = "scalar subquery"  # a one-row stage joined in its place (scalar_subqueries.py)
 
 
 def join_rule(join: Optional[exp.Join]) -> str:
@@ -44,6 +47,8 @@ def join_text(join: exp.Join) -> str:
 def join_construct(join: exp.Join) -> str:
     """The name of a join in a plan's reason."""
     rule = join_rule(join)
+    if is_scalar_join(join):
+        return SCALAR
     if rule in (SEMI, ANTI, NOT_IN):
         return origin(join) or f"{rule} join"
     return f"{rule} join"
