@@ -144,8 +144,8 @@ def test_split_reason_separates_shape_and_notes():
         ),
         (
             "scalar subquery other than an uncorrelated aggregate without GROUP BY, read in a "
-            "WHERE or in the projections of a block without aggregates, is not maintained "
-            "incrementally",
+            "WHERE or in the projections of a block without aggregates or windows, is not "
+            "maintained incrementally",
             "join the subquery",
         ),
         ("nondeterministic function rand() is not maintained incrementally", "outside the model"),

@@ -296,6 +296,11 @@ RECOMPUTE_CASES = [
     ),
     ("select room from demo.sensors where reading > (select floor from demo.rooms)", "scalar"),
     (
+        "select room, row_number() over (partition by room order by ts) as x from demo.sensors "
+        "where reading > (select avg(floor) from demo.rooms)",
+        "scalar subquery other than",
+    ),
+    (
         "select room from demo.sensors except select room from demo.rooms order by room limit 3",
         "LIMIT",
     ),

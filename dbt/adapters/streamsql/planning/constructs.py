@@ -45,7 +45,7 @@ _NONDETERMINISTIC_CLASSES = tuple(
 
 _SCALAR = (
     "scalar subquery other than an uncorrelated aggregate without GROUP BY, read in a WHERE or "
-    "in the projections of a block without aggregates, is not maintained incrementally"
+    "in the projections of a block without aggregates or windows, is not maintained incrementally"
 )
 
 

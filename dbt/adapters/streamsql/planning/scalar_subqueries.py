@@ -15,8 +15,8 @@ reads it (the old value's rows out, the new value's in), as a rebuild would. The
 names the construct ("scalar subquery").
 
 Rewritten where the value is read: in the block's WHERE, or in its projections when the block is
-neither an aggregate nor a window block (the joined column would have to be grouped or
-partitioned). Everything else stays a recompute (nonlinear_construct says "scalar subquery"):
+not an aggregate (the joined column would have to be grouped), and never in a block with window
+functions. Everything else stays a recompute (nonlinear_construct says "scalar subquery"):
 a correlated subquery, one with GROUP BY, HAVING, DISTINCT, LIMIT or a window (zero or several
 rows are possible, or Spark's error for them), one that is not an aggregate, and one read in
 HAVING, GROUP BY, ORDER BY or a join's ON.
@@ -33,6 +33,7 @@ from dbt.adapters.streamsql.planning.aggregates.analysis import is_aggregate_sel
 from dbt.adapters.streamsql.planning.bounds import aliases_of
 from dbt.adapters.streamsql.planning.calls import contains_aggregate
 from dbt.adapters.streamsql.planning.subqueries import SCALAR_PREFIX, defined_aliases
+from dbt.adapters.streamsql.planning.windows import windows_of
 
 VALUE = "_streamsql_value"
 
@@ -62,13 +63,14 @@ def _place(node: exp.Subquery, select: exp.Select) -> Optional[str]:
     """Where in `select` the subquery `node` is read, if `rewrite` may join it there."""
     if isinstance(node.parent, (exp.From, exp.Join, exp.In, exp.Exists, exp.Lateral)):
         return None  # a derived table, or IN / EXISTS (subqueries.py)
+    if windows_of(select):
+        return None  # a window block: the value would reach every partition through the join
     child: exp.Expression = node
     while child.parent is not select:
         child = child.parent
     if child.arg_key == "where":
         return "where"
-    plain = not is_aggregate_select(select) and not list(select.find_all(exp.Window))
-    if child.arg_key == "expressions" and plain:
+    if child.arg_key == "expressions" and not is_aggregate_select(select):
         return "expressions"
     return None
 
