@@ -220,27 +220,26 @@ MODELS: Dict[str, tuple] = {
         "linear",
     ),
     # -- INTERSECT / EXCEPT: counts of each side's rows (NULLs equal, types widened) -------------
-    "agg_intersect": (
-        f"select k, g from {FACTS} intersect select k, label from {DIMS}",
-        "aggregate",
-    ),
-    "agg_except": (  # over a stage: the INTERSECT nested in it
+    "agg_except_of_intersect": (  # the nested INTERSECT a stage
         f"select k, n from {FACTS} except "
         f"(select k, w from {DIMS} intersect select k, cast(v as int) from {EXTRA})",
         "aggregate",
     ),
-    "lin_intersect_all": (
-        f"select k, v from {FACTS} intersect all select k, v from {EXTRA}",
+    "lin_intersect_except_all": (
+        f"select k, v from (select k, v from {FACTS} intersect all select k, v from {EXTRA}) a "
+        f"union all select k, cast(null as decimal(10,2)) as v from "
+        f"(select k from {FACTS} except all select k from {DIMS}) b",
         "linear",
     ),
-    "lin_except_all": (f"select k from {FACTS} except all select k from {DIMS}", "linear"),
-    # -- scalar subqueries: a one-row stage CROSS JOINed -----------------------------------------
-    "lin_scalar_where": (
-        f"select rid, k, v from {FACTS} where v > (select avg(v) from {EXTRA})",
+    # -- scalar subqueries: a one-row stage CROSS JOINed, or a grouped one LEFT JOINed -----------
+    "lin_scalar": (
+        f"select rid, k, v - (select max(v) from {FACTS}) as below_top from {FACTS} "
+        f"where v > (select avg(v) from {EXTRA})",
         "linear",
     ),
-    "lin_scalar_projection": (
-        f"select rid, k, v - (select max(v) from {FACTS}) as below_top from {FACTS}",
+    "lin_scalar_correlated": (  # COUNT over no rows is 0, not NULL
+        f"select d.rid, d.k, (select count(*) from {FACTS} f where f.k <=> d.k and f.n > 0) "
+        f"as n_facts from {DIMS} d where d.w > (select avg(e.v) from {EXTRA} e where e.k = d.k)",
         "linear",
     ),
     "agg_scalar_where": (
@@ -255,38 +254,21 @@ MODELS: Dict[str, tuple] = {
         "linear",
     ),
     "lin_cube": (
-        f"select g, k, count(*) as c, grouping(k) as gk from {FACTS} group by cube(g, k) "
-        f"having count(*) > 1",
-        "linear",
-    ),
-    "lin_grouping_sets": (
-        f"select k, date_trunc('hour', ts) as h, max(n) as max_n from {FACTS} "
-        f"group by grouping sets ((k), (date_trunc('hour', ts)), ())",
+        f"select g, date_trunc('hour', ts) as h, max(n) as max_n, grouping(g) as gg "
+        f"from {FACTS} group by cube(g, date_trunc('hour', ts)) having count(*) > 1",
         "linear",
     ),
     # -- windows per partition without a rank filter (ORDER BYs that leave only rows tied whose
     # outputs are equal, so that the query itself is deterministic) ----------------------------
-    "lin_row_number_all": (
-        f"select rid, k, row_number() over (partition by k order by rid, v, n, g) as rn "
-        f"from {FACTS}",
-        "linear",
-    ),
-    "lin_running_sum": (
-        f"select rid, k, ts, sum(v) over (partition by k order by ts) as run from {FACTS}",
-        "linear",
-    ),
-    "lin_moving_avg_lag": (
-        f"select rid, g, n, avg(n) over (partition by g order by ts, rid, n "
-        f"rows between 2 preceding and current row) as m, lag(n) over (partition by g "
-        f"order by ts, rid, n) as prev_n, lead(ts) over (partition by g order by ts, rid, n) "
-        f"as next_ts from {FACTS}",
+    "lin_windows": (
+        f"select rid, g, n, sum(v) over (partition by g order by ts) as run, "
+        f"avg(n) over (partition by g order by ts, rid, n rows between 2 preceding and "
+        f"current row) as m, lag(n) over (partition by g order by ts, rid, n) as prev_n, "
+        f"lead(ts) over (partition by g order by ts, rid, n) as next_ts, "
+        f"row_number() over (partition by g order by rid, v, n, ts, k) as rn from {FACTS}",
         "linear",
     ),
     # -- recompute ---------------------------------------------------------------------------------
-    "re_lag_without_partition": (
-        f"select rid, n, lag(n) over (order by rid, ts, n, v, k, g) as prev_n from {FACTS}",
-        "recompute",
-    ),
     "re_top_n": (
         f"select rid, v from {FACTS} where v is not null order by v desc, rid limit 5",
         "recompute",

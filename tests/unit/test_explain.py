@@ -143,9 +143,9 @@ def test_split_reason_separates_shape_and_notes():
             "AND the condition",
         ),
         (
-            "scalar subquery other than an uncorrelated aggregate without GROUP BY, read in a "
-            "WHERE or in the projections of a block without aggregates or windows, is not "
-            "maintained incrementally",
+            "scalar subquery other than an aggregate without GROUP BY (correlated by equalities "
+            "only), read in a WHERE or in the projections of a block without aggregates or "
+            "windows, is not maintained incrementally",
             "join the subquery",
         ),
         ("nondeterministic function rand() is not maintained incrementally", "outside the model"),

@@ -285,7 +285,12 @@ RECOMPUTE_CASES = [
         "IN (subquery) other than",
     ),
     (
-        "select s.room, (select max(r.floor) from demo.rooms r where r.room = s.room) as top "
+        "select s.room, (select max(r.floor) + 1 from demo.rooms r where r.room = s.room) as top "
+        "from demo.sensors s",
+        "scalar subquery other than",
+    ),
+    (
+        "select s.room, (select max(r.floor) from demo.rooms r where r.floor > s.reading) as top "
         "from demo.sensors s",
         "scalar subquery other than",
     ),
@@ -895,3 +900,19 @@ def test_the_grand_total_gives_no_row_over_no_rows_and_cube_gives_every_subset()
         "select a, b from t group by grouping sets ((a, b), a, (), a)", "a", "b"
     )
     assert len(sets) == 4  # a set listed twice gives its rows twice, as in Spark
+
+
+def test_a_correlated_aggregate_is_a_left_join_of_its_groups_and_count_reads_zero_unmatched():
+    step = plan(
+        "select r.room, (select count(*) from demo.sensors s where s.room = r.room "
+        "and s.reading > 0) as n from demo.rooms r",
+        "room",
+        "n bigint",
+    )
+    assert step.reason == (
+        "fast path: projection, scalar subquery; over 1 stage (group by (count(*)))"
+    )
+    assert "COALESCE(_streamsql_scalar0._streamsql_value, 0) AS n" in step.change_sql
+    assert "LEFT JOIN __streamsql_new_2__ AS _streamsql_scalar0 ON r.room = " in step.change_sql
+    (stage,) = step.stages
+    assert "WHERE s.reading > 0" in stage.aggregate.delta_sql  # the subquery's own filter

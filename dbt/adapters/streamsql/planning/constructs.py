@@ -44,8 +44,9 @@ _NONDETERMINISTIC_CLASSES = tuple(
 
 
 _SCALAR = (
-    "scalar subquery other than an uncorrelated aggregate without GROUP BY, read in a WHERE or "
-    "in the projections of a block without aggregates or windows, is not maintained incrementally"
+    "scalar subquery other than an aggregate without GROUP BY (correlated by equalities only), "
+    "read in a WHERE or in the projections of a block without aggregates or windows, is not "
+    "maintained incrementally"
 )
 
 

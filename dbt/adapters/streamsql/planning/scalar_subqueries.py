@@ -25,14 +25,24 @@ HAVING, GROUP BY, ORDER BY or a join's ON.
 from __future__ import annotations
 
 import itertools
-from typing import Optional
+from typing import List, Optional, Tuple
 
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.aggregates.analysis import is_aggregate_select
-from dbt.adapters.streamsql.planning.bounds import aliases_of
-from dbt.adapters.streamsql.planning.calls import contains_aggregate
-from dbt.adapters.streamsql.planning.subqueries import SCALAR_PREFIX, defined_aliases
+from dbt.adapters.streamsql.planning.bounds import aliases_of, conjuncts
+from dbt.adapters.streamsql.planning.calls import (
+    contains_aggregate,
+    function_name,
+    is_aggregate_call,
+)
+from dbt.adapters.streamsql.planning.subqueries import (
+    SCALAR_PREFIX,
+    correlation_pair,
+    defined_aliases,
+    key_column,
+    sources_of,
+)
 from dbt.adapters.streamsql.planning.windows import windows_of
 
 VALUE = "_streamsql_value"
@@ -48,13 +58,24 @@ def rewrite(tree: exp.Expression) -> None:
         for node in list(select.find_all(exp.Subquery)):
             if node.parent_select is not select or _place(node, select) is None:
                 continue
-            query = _one_row_aggregate(node)
+            query = _aggregate_of(node)
             if query is None:
                 continue
             alias = f"{SCALAR_PREFIX}{next(numbers)}"
-            value = query.copy()
-            value.set("expressions", [exp.alias_(value.expressions[0].unalias(), VALUE)])
-            derived = exp.Subquery(this=value, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+            if _is_correlated(query):
+                joined = _grouped_by_correlation(query, select, alias)
+                if joined is None:
+                    continue
+                join, empty = joined
+                select.append("joins", join)
+                value: exp.Expression = exp.column(VALUE, table=alias)
+                node.replace(exp.func("coalesce", value, empty) if empty is not None else value)
+                continue
+            one_row = query.copy()
+            one_row.set("expressions", [exp.alias_(one_row.expressions[0].unalias(), VALUE)])
+            derived = exp.Subquery(
+                this=one_row, alias=exp.TableAlias(this=exp.to_identifier(alias))
+            )
             select.append("joins", exp.Join(this=derived, kind="CROSS"))
             node.replace(exp.column(VALUE, table=alias))
 
@@ -75,8 +96,9 @@ def _place(node: exp.Subquery, select: exp.Select) -> Optional[str]:
     return None
 
 
-def _one_row_aggregate(node: exp.Subquery) -> Optional[exp.Select]:
-    """The subquery's SELECT if it returns exactly one row and reads nothing of the outer query."""
+def _aggregate_of(node: exp.Subquery) -> Optional[exp.Select]:
+    """The subquery's SELECT if it is one aggregate value over a table, without GROUP BY: one row
+    (uncorrelated), or one row per outer row (correlated)."""
     query = node.this
     if not isinstance(query, exp.Select) or len(query.expressions) != 1:
         return None
@@ -86,6 +108,70 @@ def _one_row_aggregate(node: exp.Subquery) -> Optional[exp.Select]:
         return None
     if not contains_aggregate(query.expressions[0]) or list(query.find_all(exp.Window)):
         return None
-    if query.args.get("from_") is None or aliases_of(query) - {""} - defined_aliases(query):
-        return None  # correlated (or reads no table)
+    if query.args.get("from_") is None:
+        return None
     return query
+
+
+def _is_correlated(query: exp.Select) -> bool:
+    return bool(aliases_of(query) - {""} - defined_aliases(query))
+
+
+# what a correlated subquery's aggregate gives over no rows, where it is not NULL
+_OVER_NO_ROWS = {"count": 0}
+_NULL_OVER_NO_ROWS = ("sum", "avg", "mean", "min", "max")
+
+
+def _grouped_by_correlation(
+    query: exp.Select, select: exp.Select, alias: str
+) -> Optional[Tuple[exp.Join, Optional[exp.Expression]]]:
+    """A correlated aggregate `(select agg(...) from s where s.k = o.k and <s only>)` as a LEFT
+    JOIN of `select k, agg(...) from s where <s only> group by k` on the correlation equalities,
+    and the value to read where no row matches (COUNT's 0); None where that is not exact: other
+    aggregates than COUNT/SUM/AVG/MIN/MAX as the whole value, a correlation other than equalities
+    in its WHERE, or one reaching further out than `select`."""
+    value = query.expressions[0].unalias()
+    if not is_aggregate_call(value) or isinstance(value, exp.Filter):
+        return None
+    name = function_name(value)
+    if name not in _OVER_NO_ROWS and name not in _NULL_OVER_NO_ROWS:
+        return None
+    inner = defined_aliases(query)
+    outer = {source.alias_or_name for source in sources_of(select)}
+    if not aliases_of(query) - {""} - inner <= outer:
+        return None
+    where = query.args.get("where")
+    keys: List[exp.Expression] = []
+    conditions: List[exp.Expression] = []
+    remaining: List[exp.Expression] = []
+    for part in conjuncts(where.this) if where is not None else []:
+        if not aliases_of(part) - {""} - inner:
+            remaining.append(part.copy())
+            continue
+        pair = correlation_pair(part, outer, inner)
+        if pair is None:
+            return None
+        outer_side, inner_side, null_safe = pair
+        if any(inner_side == known for known in keys):
+            j = next(i for i, known in enumerate(keys) if inner_side == known)
+        else:
+            keys.append(inner_side.copy())
+            j = len(keys) - 1
+        equal = exp.NullSafeEQ if null_safe else exp.EQ
+        conditions.append(
+            equal(this=outer_side.copy(), expression=exp.column(key_column(j), table=alias))
+        )
+    if not conditions:
+        return None
+    grouped = query.copy()
+    grouped.set("where", exp.Where(this=exp.and_(*remaining)) if remaining else None)
+    grouped.set(
+        "expressions",
+        [exp.alias_(k.copy(), key_column(j)) for j, k in enumerate(keys)]
+        + [exp.alias_(value.copy(), VALUE)],
+    )
+    grouped.set("group", exp.Group(expressions=[k.copy() for k in keys]))
+    derived = exp.Subquery(this=grouped, alias=exp.TableAlias(this=exp.to_identifier(alias)))
+    join = exp.Join(this=derived, side="LEFT", on=exp.and_(*conditions))
+    empty = _OVER_NO_ROWS.get(name)
+    return join, (exp.Literal.number(empty) if empty is not None else None)

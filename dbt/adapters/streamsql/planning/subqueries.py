@@ -146,7 +146,7 @@ def _unparen(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _sources(select: exp.Select) -> List[exp.Expression]:
+def sources_of(select: exp.Select) -> List[exp.Expression]:
     from_ = select.args.get("from_")
     joined = [join.this for join in select.args.get("joins") or []]
     return ([from_.this] if from_ is not None else []) + joined
@@ -166,7 +166,7 @@ def _as_join(select: exp.Select, kind: str, node: exp.Expression, alias: str) ->
         query = query.this if isinstance(query, exp.Subquery) else query
     else:
         values, query = [], node.this
-    outer = {source.alias_or_name for source in _sources(select)}
+    outer = {source.alias_or_name for source in sources_of(select)}
     inner = defined_aliases(query)
     references = [c for c in query.find_all(exp.Column) if c.table and c.table not in inner]
     if any(c.table not in outer for c in references):
@@ -285,7 +285,7 @@ def _decorrelate(
 
     pending: List[exp.Expression] = []
     for part in correlated:
-        pair = _correlation_pair(part, outer, inner)
+        pair = correlation_pair(part, outer, inner)
         if pair is None:
             pending.append(part)
         else:
@@ -313,7 +313,7 @@ def _decorrelate(
     return derived, pairs, others, len(exposed)
 
 
-def _correlation_pair(
+def correlation_pair(
     part: exp.Expression, outer: Set[str], inner: Set[str]
 ) -> Optional[Tuple[exp.Expression, exp.Expression, bool]]:
     """(outer expression, inner expression, null-safe) of an `=` / `<=>` relating the two sides."""
