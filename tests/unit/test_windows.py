@@ -183,6 +183,12 @@ def test_an_aggregate_over_a_top_k_block_reads_its_change():
     assert "LEFT SEMI JOIN" in delta
 
 
+def plan_named(sql: str):
+    """The plan of `sql`, its output columns named as its projections (`*`: an id)."""
+    names = [p.alias_or_name for p in parse(sql).expressions]
+    return plan(sql, *(n if n != "*" else "id bigint" for n in names))
+
+
 @pytest.mark.parametrize(
     "sql, reason",
     [
@@ -224,8 +230,7 @@ def test_an_aggregate_over_a_top_k_block_reads_its_change():
     ],
 )
 def test_other_windows_fall_back_to_recompute(sql, reason):
-    names = [p.alias_or_name for p in parse(sql).expressions]
-    step = plan(sql, *(n if n != "*" else "id bigint" for n in names))
+    step = plan_named(sql)
     assert step.strategy == "recompute"
     assert reason in step.reason, step.reason
 
@@ -264,8 +269,7 @@ def test_other_windows_fall_back_to_recompute(sql, reason):
     ],
 )
 def test_windows_per_partition_reevaluate_the_touched_partitions(sql, reason):
-    names = [p.alias_or_name for p in parse(sql).expressions]
-    step = plan(sql, *(n if n != "*" else "id bigint" for n in names))
+    step = plan_named(sql)
     assert step.reason == reason
     change = step.change_sql or step.aggregate.delta_sql
     assert "LEFT SEMI JOIN" in change  # restricted to the partitions the change touches
