@@ -4,9 +4,11 @@ Strategy, by the shape of the query (docs/sql-support.md lists what the fast pat
 
 - "linear": projection, filter, UNION ALL, inner/cross joins, left/right/full equi-joins, semi
   and anti joins (IN / EXISTS / NOT IN / NOT EXISTS subqueries become those, `subqueries.py`),
-  top-K per partition (`windows.py`), derived tables and CTEs, LATERAL VIEW generators
-  (`linear.py`, the joins in `joins/`), INTERSECT ALL / EXCEPT ALL over a stage of counts
-  (`set_operations.py`);
+  window functions per partition, top-K blocks among them (`windows.py`), derived tables and
+  CTEs, LATERAL VIEW generators (`linear.py`, the joins in `joins/`), scalar aggregate
+  subqueries as joined stages (`scalar_subqueries.py`), INTERSECT ALL / EXCEPT ALL over a stage
+  of counts (`set_operations.py`), ROLLUP / CUBE / GROUPING SETS as a UNION ALL of one stage
+  per grouping set (`grouping_sets.py`);
 - "aggregate": a GROUP BY / DISTINCT / UNION / INTERSECT / EXCEPT / global aggregate at the top
   (INTERSECT and EXCEPT as counts of each side's rows, `set_operations.py`), possibly under a
   projection and filter, over any linear FROM clause (`aggregates/`, one rule per aggregate kind);
