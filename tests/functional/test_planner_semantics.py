@@ -113,6 +113,7 @@ LINEAR = [
     "rows between unbounded preceding and unbounded following) as second from demo.t",
     "select id, sum(n) over (partition by k order by ts range between interval 1 hour "
     "preceding and current row) as s from demo.t",
+    "select id, row_number() over (partition by k order by id, v, n, s) as rn from demo.t",
     "select id from demo.t where k in (select k from demo.u) union all "
     "select id from (select id, row_number() over (partition by s order by id, v) as rn "
     "from demo.t) x where rn <= 2",
@@ -158,7 +159,7 @@ AGGREGATE = [
 ]
 
 RECOMPUTE = [
-    "select id, row_number() over (partition by k order by id, v, n, s) as rn from demo.t",
+    "select id, lag(n) over (order by id, v, n, s) as p from demo.t",  # no PARTITION BY
     "select id from demo.t where (k, n) not in (select k, w from demo.u)",
     "select count(distinct s) as ds from demo.t",
 ]
