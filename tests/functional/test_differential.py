@@ -268,6 +268,12 @@ MODELS: Dict[str, tuple] = {
         f"row_number() over (partition by g order by rid, v, n, ts, k) as rn from {FACTS}",
         "linear",
     ),
+    "lin_window_over_aggregate": (  # the aggregate a stage, not the top (as Nexmark q6)
+        f"select q.g, q.k, avg(q.n) over (partition by q.g order by q.mx, q.k rows between 2 "
+        f"preceding and current row) as a from (select g, k, count(*) as n, max(rid) as mx "
+        f"from {FACTS} group by g, k) q",
+        "linear",
+    ),
     # -- recompute ---------------------------------------------------------------------------------
     "re_top_n": (
         f"select rid, v from {FACTS} where v is not null order by v desc, rid limit 5",

@@ -296,3 +296,26 @@ def test_windows_that_depend_on_tied_rows_order_get_tie_breakers_others_keep_the
     ]
     assert orders[1] == ["events.updated_at"]  # RANGE frame: peers stay peers
     assert orders[2] == orders[0]
+
+
+def test_a_window_over_an_aggregate_makes_the_aggregate_a_stage():
+    # A projection over an aggregate is the aggregate plan's own output, computed over the
+    # changed groups alone; a window there would see only those groups (Nexmark q6 did).
+    for sql, construct in (
+        (
+            "select g.status, g.n, avg(g.n) over (partition by g.status order by g.id) as a "
+            "from (select status, id, count(*) as n from demo.events group by status, id) g",
+            "window per partition (avg)",
+        ),
+        (
+            "select x.status, x.n from (select status, n, row_number() over (partition by "
+            "status order by n) as rn from (select status, id, count(*) as n from demo.events "
+            "group by status, id) g) x where x.rn = 1",
+            "top-k per partition (row_number)",
+        ),
+    ):
+        step = plan_named(sql)
+        assert step.strategy == "linear", step.reason
+        assert construct in step.reason and step.reason.endswith(
+            "over 1 stage (group by (count(*)))"
+        )

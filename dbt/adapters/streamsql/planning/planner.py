@@ -47,7 +47,11 @@ from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages
 from dbt.adapters.streamsql.planning.subqueries import rewrite as rewrite_subqueries
 from dbt.adapters.streamsql.planning.terms import NEW, at_version
 from dbt.adapters.streamsql.planning.types import TypeOracle
-from dbt.adapters.streamsql.planning.windows import add_tie_breakers, eliminate_qualify
+from dbt.adapters.streamsql.planning.windows import (
+    add_tie_breakers,
+    eliminate_qualify,
+    windows_of,
+)
 
 __all__ = ["plan_step", "recompute_plan", "PlanningError", "Describe"]
 
@@ -207,6 +211,8 @@ def _is_aggregate(tree: exp.Expression) -> bool:
         return True
     from_ = tree.args.get("from_")
     if from_ is None or tree.args.get("joins") or tree.args.get("laterals"):
+        return False
+    if windows_of(tree):  # a window over the groups sees all of them: the aggregate is a stage
         return False
     return isinstance(from_.this, exp.Subquery) and _is_aggregate(from_.this.this)
 

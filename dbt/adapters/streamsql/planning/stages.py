@@ -22,6 +22,7 @@ from sqlglot import exp
 from dbt.adapters.streamsql.planning.aggregates.analysis import is_aggregate_select
 from dbt.adapters.streamsql.planning.binding import INPUT_DB, bound_input, input_table_name
 from dbt.adapters.streamsql.planning.plan import DIALECT
+from dbt.adapters.streamsql.planning.windows import windows_of
 
 STAGE_ALIAS = "_streamsql_stage"
 
@@ -63,8 +64,8 @@ def top_chain(tree: exp.Expression) -> List[exp.Expression]:
         from_ = node.args.get("from_")
         if from_ is None or node.args.get("joins") or node.args.get("laterals"):
             return []
-        if not isinstance(from_.this, exp.Subquery):
-            return []
+        if not isinstance(from_.this, exp.Subquery) or windows_of(node):
+            return []  # a window over the groups reads them all: the aggregate is a stage
         node = from_.this.this
     return []
 

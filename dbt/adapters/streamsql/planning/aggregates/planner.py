@@ -32,6 +32,7 @@ from dbt.adapters.streamsql.planning.joins.kinds import KEYED_CONSTRUCTS, SCALAR
 from dbt.adapters.streamsql.planning.linear import TOP_K, WINDOWS, DeltaBuilder
 from dbt.adapters.streamsql.planning.plan import COUNT, DIALECT, FAST_PATH, AggregatePlan, Column
 from dbt.adapters.streamsql.planning.types import TypeOracle
+from dbt.adapters.streamsql.planning.windows import windows_of
 
 
 @dataclass
@@ -134,6 +135,8 @@ def _single_derived_table(select: exp.Select) -> Optional[Tuple[exp.Subquery, ex
     """The one derived table `select` reads, when it is an aggregate block (or leads to one)."""
     from_ = select.args.get("from_")
     if from_ is None or select.args.get("joins") or select.args.get("laterals"):
+        return None
+    if windows_of(select):  # evaluated over the changed groups alone it would be wrong
         return None
     subquery = from_.this
     if not isinstance(subquery, exp.Subquery):
