@@ -274,9 +274,28 @@ MODELS: Dict[str, tuple] = {
         f"from {FACTS} group by g, k) q",
         "linear",
     ),
-    # -- recompute ---------------------------------------------------------------------------------
-    "re_top_n": (
+    # -- ORDER BY ... LIMIT at the top (a global top-K, kept from the model's rows) --------------
+    "lin_global_top_k": (
         f"select rid, v from {FACTS} where v is not null order by v desc, rid limit 5",
+        "linear",
+    ),
+    "lin_global_top_k_of_aggregate": (  # the aggregate a stage; updates move groups
+        f"select g, count(*) as n, sum(v) as s from {FACTS} group by g order by n desc, g limit 2",
+        "linear",
+    ),
+    "lin_global_top_k_union": (  # by position, over a UNION ALL of two inputs
+        f"select rid, k from {FACTS} where k is not null union all "
+        f"select rid, k from {EXTRA} order by 2 desc, 1 limit 4",
+        "linear",
+    ),
+    "lin_global_top_k_of_join": (  # the gate computed over a change with key bounds
+        f"select f.rid, f.k, d.w from {FACTS} f join {DIMS} d on f.k = d.k "
+        f"order by d.w desc, f.rid, f.k limit 3",
+        "linear",
+    ),
+    # -- recompute ---------------------------------------------------------------------------------
+    "re_limit_offset": (
+        f"select rid, v from {FACTS} where v is not null order by v desc, rid limit 5 offset 2",
         "recompute",
     ),
 }
@@ -420,7 +439,8 @@ CONNECT_MODELS = [
     "agg_count_distinct",
     "agg_chain_of_aggregate",
     "stage_join_of_aggregate",
-    "re_top_n",
+    "lin_global_top_k_of_aggregate",
+    "re_limit_offset",
 ]
 
 

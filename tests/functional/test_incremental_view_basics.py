@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
+from dbt.adapters.streamsql.planning import global_top_k
 from tests.over_connect import OverConnect
 
 SOURCES_YML = """
@@ -328,6 +329,11 @@ select a.id, b.v from {{ source('raw', 'src') }} a
 left join {{ source('raw', 'src') }} b on a.k = b.k and b.v > 15
 """
 
+TOP_THREE = """
+{{ config(materialized='incremental_view') }}
+select id, v from {{ source('raw', 'src') }} order by v desc, id limit 3
+"""
+
 
 # How a step's materialized views appear in dbt.log: CHECKPOINT in the embedded session (a
 # local checkpoint), CACHE TABLE over Thrift.
@@ -370,6 +376,7 @@ class TestInsertOnlySteps:
             "pairs.sql": PAIRS,
             "left_pairs.sql": LEFT_PAIRS,
             "top_pair.sql": TOP_PAIR,
+            "top_three.sql": TOP_THREE,
             "sources.yml": SOURCES_YML,
         }
 
@@ -382,6 +389,7 @@ class TestInsertOnlySteps:
             "on a.k = b.k and b.v > 15",
             "top_pair": f"select a.k, max(b.v), count(*) from {schema}.src a join {schema}.src b "
             "on a.k = b.k group by a.k",
+            "top_three": f"select id, v from {schema}.src order by v desc, id limit 3",
         }
         for name, query in queries.items():
             expected = Counter(tuple(r) for r in project.run_sql(query, fetch="all"))
@@ -421,6 +429,9 @@ class TestInsertOnlySteps:
                 if materializes(line, "top_pair") and "_streamsql_recomputed" in line
             ]
         assert recomputed == [], recomputed
+        # the global top-K's new rows come from its own rows and the change alone
+        top_three = by_name(results, "top_three").adapter_response
+        assert top_three["plan"] == "linear" and not top_three["notes"], top_three
 
         # a deletion: the change is netted again
         project.run_sql(f"delete from {src} where id = 1")
@@ -431,6 +442,11 @@ class TestInsertOnlySteps:
         for model in ("copies", "pairs", "left_pairs"):
             statements = net_statements(logs_dir, model, since)
             assert len(statements) == 1 and "HAVING SUM" in statements[0], (model, statements)
+        # the top three lost their third row, (1, 10): the row below the cut that takes its
+        # place is known only by reading the query again (the step says so)
+        top_three = by_name(results, "top_three").adapter_response
+        assert top_three["notes"] == [global_top_k.READ_AGAIN], top_three
+        assert (top_three["inserted"], top_three["deleted"]) == (1, 1), top_three
 
 
 STAGED = """

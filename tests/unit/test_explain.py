@@ -73,6 +73,7 @@ STAGED = (
     "join (select id, count(*) as n from s.events group by id) t on k.id = t.id"
 )
 TOP_3 = "select id, v from s.events order by v desc limit 3"
+TOP_3_AFTER_2 = "select id, v from s.events order by v desc limit 3 offset 2"
 
 
 def test_linear_plan_lists_its_constructs_and_recomputes_nothing():
@@ -100,10 +101,18 @@ def test_staged_plan_shows_each_stage_and_its_state_table():
 
 
 def test_recompute_plan_says_what_forces_it_and_how_to_avoid_it():
-    text = "\n".join(plan_lines(plan(TOP_3, "id bigint", "v int")))
+    text = "\n".join(plan_lines(plan(TOP_3_AFTER_2, "id bigint", "v int")))
     assert "Plan: recompute" in text
-    assert "recomputed   the whole query, because LIMIT is not maintained incrementally" in text
-    assert "to avoid it  keep the top rows per partition instead" in text
+    assert "recomputed   the whole query, because LIMIT with OFFSET is not maintained" in text
+    assert "to avoid it  drop the OFFSET (ORDER BY ... LIMIT k at the top" in text
+
+
+def test_global_top_k_says_when_a_step_reads_the_whole_query():
+    text = "\n".join(plan_lines(plan(TOP_3, "id bigint", "v int")))
+    assert "Plan: linear" in text
+    assert "fast path   projection, global top-k (limit 3)" in text
+    assert "recomputed  the query's first rows over its new inputs, only on a step whose" in text
+    assert "nothing" not in text
 
 
 def test_split_reason_separates_shape_and_notes():
@@ -130,6 +139,12 @@ def test_split_reason_separates_shape_and_notes():
         ("window function sum() without PARTITION BY is not maintained", "partition the window"),
         ("LIMIT is not maintained incrementally", "top rows per partition"),
         ("OFFSET is not maintained incrementally", "top rows per partition"),
+        ("LIMIT without ORDER BY (any k rows) is not maintained", "add an ORDER BY"),
+        (
+            "ORDER BY t.v ... LIMIT orders by something the query does not select, which is not",
+            "select what the ORDER BY orders by",
+        ),
+        ("ORDER BY ... LIMIT over a MAP<STRING,INT> column (m) is not", "leave the column out"),
         ("NOT IN (subquery) over several columns is not maintained incrementally", "NOT EXISTS"),
         ("correlated NOT IN (subquery) is not maintained incrementally", "NOT EXISTS"),
         (

@@ -270,7 +270,14 @@ RECOMPUTE_CASES = [
         "monotonically_increasing_id()",
     ),
     ("select room, my_udf(temp) as x from demo.sensors", "user-defined function my_udf()"),
-    ("select room from demo.sensors limit 10", "LIMIT"),
+    ("select room from demo.sensors limit 10", "LIMIT without ORDER BY"),
+    ("select room from demo.sensors order by room limit 10 offset 5", "LIMIT with OFFSET"),
+    ("select room from demo.sensors order by ts limit 10", "orders by something the query"),
+    ("select room from demo.sensors order by room limit 0", "positive integer literal"),
+    (
+        "select room from (select room from demo.sensors order by ts limit 3) x",
+        "LIMIT is not maintained",
+    ),
     ("select room from demo.sensors tablesample (10 percent)", "TABLESAMPLE"),
     (
         "select s.room from demo.sensors s full join demo.rooms r on s.ts < r.floor",
@@ -306,10 +313,6 @@ RECOMPUTE_CASES = [
         "scalar subquery other than",
     ),
     (
-        "select room from demo.sensors except select room from demo.rooms order by room limit 3",
-        "LIMIT",
-    ),
-    (
         "select s.room from demo.sensors s left join demo.rooms r on s.ts < r.floor",
         "LEFT JOIN without an equality",
     ),
@@ -324,7 +327,6 @@ RECOMPUTE_CASES = [
         "session_window()",
     ),
     ("select collect_list(room) as rooms from demo.sensors", "without GROUP BY"),
-    ("select room, count(*) as n from demo.sensors group by room order by n desc limit 3", "LIMIT"),
     ("select room from demo.sensors where ((", "sqlglot cannot parse"),
 ]
 
@@ -916,3 +918,66 @@ def test_a_correlated_aggregate_is_a_left_join_of_its_groups_and_count_reads_zer
     assert "LEFT JOIN __streamsql_new_2__ AS _streamsql_scalar0 ON r.room = " in step.change_sql
     (stage,) = step.stages
     assert "WHERE s.reading > 0" in stage.aggregate.delta_sql  # the subquery's own filter
+
+
+# -- ORDER BY ... LIMIT at the top (global_top_k.py) ----------------------------------------------
+
+
+def test_global_top_k_is_linear_with_a_gate_on_reading_the_whole_query():
+    step = plan(
+        "select room, temp from demo.sensors where reading > 0 order by temp desc limit 3",
+        "room",
+        "temp decimal(10,2)",
+    )
+    assert step.strategy == "linear", step.reason
+    assert step.reason == "fast path: filter, projection, global top-k (limit 3)"
+    assert not step.monotonic  # the rows pushed below the cut leave the model
+    gate = step.bounds[-1]
+    assert (gate.name, gate.column, gate.operator) == ("__streamsql_bound_topk0__", "1", ">=")
+    assert TARGET in gate.value and "__streamsql_delta_0__" in gate.value
+    change = step.change_sql
+    # the new first rows from the model and the change, or from the query over the new inputs
+    assert f"WHERE NOT {gate.name}" in change and f"WHERE {gate.name}" in change
+    assert "__streamsql_new_0__" in change and TARGET in change
+    # ties broken by every output column after the ORDER BY
+    assert "ORDER BY `temp` DESC NULLS LAST, `room` ASC NULLS FIRST, `temp` ASC NULLS FIRST" in (
+        change
+    )
+    assert change.count("LIMIT 3") == 3  # the inserted rows' first 3, P's first 3, the query's
+
+
+def test_global_top_k_over_an_aggregate_makes_the_aggregate_a_stage():
+    step = plan(
+        "select room, count(*) as n from demo.sensors group by room order by 2 desc, room limit 5",
+        "room",
+        "n bigint",
+    )
+    assert step.strategy == "linear", step.reason
+    assert [s.name for s in step.stages] == ["stage0"]
+    assert "global top-k (limit 5)" in step.reason and "over 1 stage" in step.reason
+    assert "ORDER BY `n` DESC NULLS LAST, `room` ASC NULLS FIRST" in step.change_sql
+
+
+def test_global_top_k_over_a_set_operation_and_by_name_or_position():
+    step = plan(
+        "select room from demo.sensors except select room from demo.rooms order by room limit 3",
+        "room",
+    )
+    assert step.strategy == "linear", step.reason
+    assert len(step.stages) == 1 and "except" in step.stages[0].reason
+    by_name = plan("select room as r, ts from demo.sensors order by r limit 2", "r", "ts timestamp")
+    by_expression = plan(
+        "select s.room, ts from demo.sensors s order by s.room limit 2", "room", "ts timestamp"
+    )
+    for step in (by_name, by_expression):
+        assert "global top-k (limit 2)" in step.reason, step.reason
+
+
+def test_global_top_k_over_a_map_column_stays_a_recompute():
+    step = plan_step(
+        "select room, m from demo.t order by room limit 3",
+        (InputTable("demo.t", (Column("room", "string"), Column("m", "map<string,int>"))),),
+        [Column("room", "string"), Column("m", "map<string,int>")],
+    )
+    assert step.strategy == "recompute"
+    assert "LIMIT over a MAP<STRING,INT> column (m)" in step.reason

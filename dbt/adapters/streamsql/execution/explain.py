@@ -24,6 +24,7 @@ from dbt.adapters.streamsql.execution.event_time.emit_final import final_columns
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
 from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.pipeline import input_views, plan_choice
+from dbt.adapters.streamsql.planning import global_top_k
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import FAST_PATH, StagePlan, StepPlan
 
@@ -175,7 +176,16 @@ def plan_lines(plan: StepPlan) -> List[str]:
         )
         notes += [note for note in stage_notes if is_partial_recompute(note)]
     partial = [note for note in notes if is_partial_recompute(note)]
-    if not partial:
+    if global_top_k.CONSTRUCT in top:
+        rows.append(
+            (
+                "recomputed",
+                "the query's first rows over its new inputs, only on a step whose deletions "
+                "leave fewer than the LIMIT of the model's rows known (no rows below the cut "
+                "are kept); inserts, and updates that keep a row above the cut, never need it",
+            )
+        )
+    elif not partial:
         rows.append(
             (
                 "recomputed",
@@ -260,10 +270,28 @@ RECOMPUTE_ADVICE: Tuple[Tuple[str, str], ...] = (
         "model that is a table, or where the view is read",
     ),
     (
+        r"^limit with offset",
+        "drop the OFFSET (ORDER BY ... LIMIT k at the top of the model is maintained) and skip "
+        "the first rows where the view is read",
+    ),
+    (
+        r"^limit without order by",
+        "add an ORDER BY that decides which rows are kept: ORDER BY ... LIMIT k at the top of "
+        "the model is maintained",
+    ),
+    (
+        r"orders by something the query does not select",
+        "select what the ORDER BY orders by too (or order by a selected column's position)",
+    ),
+    (
+        r"^order by .* limit over a",
+        "leave the column out of the model (join it in a model that reads this one)",
+    ),
+    (
         r"^(limit|offset|fetch) ",
-        "keep the top rows per partition instead (ROW_NUMBER() OVER (PARTITION BY ... "
-        "ORDER BY ...) filtered by <= k in the query above it), "
-        "or apply the LIMIT where the view is read",
+        "put ORDER BY ... LIMIT k at the top of a model of its own (maintained), keep the top "
+        "rows per partition instead (ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) "
+        "filtered by <= k in the query above it), or apply the LIMIT where the view is read",
     ),
     (
         r"not in \(subquery\) over several columns|correlated not in",

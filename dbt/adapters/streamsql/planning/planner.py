@@ -25,6 +25,7 @@ from typing import Callable, List, Optional, Sequence
 
 from sqlglot import exp
 
+from dbt.adapters.streamsql.planning import global_top_k
 from dbt.adapters.streamsql.planning.aggregates.analysis import is_aggregate_select
 from dbt.adapters.streamsql.planning.aggregates.planner import AggregatePlanner
 from dbt.adapters.streamsql.planning.binding import bind_tree, bound_input, parse_query
@@ -111,9 +112,12 @@ def plan_step(
 
 
 def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Describe]) -> StepPlan:
+    limit = global_top_k.split(tree, output_columns)
     tree = rewrite_grouping_sets(rewrite_set_operations(eliminate_qualify(tree)), output_columns)
     rewrite_subqueries(tree)
     rewrite_scalar_subqueries(tree)
+    if limit is not None:  # the query below the LIMIT, an aggregate at its top a stage
+        tree = global_top_k.wrap(tree, output_columns)
     obstacle = nonlinear_construct(tree)
     if obstacle:
         raise RecomputeRequired(obstacle)
@@ -121,10 +125,11 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
         raise RecomputeRequired("the query reads no input")
     add_tie_breakers(tree, TypeOracle(inputs))
     drop_ordering(tree)
-    stages = _plan_stages(lift_stages(tree, len(inputs)), inputs, describe)
+    lifted = lift_stages(tree, len(inputs), keep_top=limit is None)
+    stages = _plan_stages(lifted, inputs, describe)
     readable = tuple(inputs) + tuple(InputTable(s.name, s.columns) for s in stages)
     stage_note = _stage_note(stages)
-    if _is_aggregate(tree):
+    if limit is None and _is_aggregate(tree):
         result = AggregatePlanner(TypeOracle(readable)).plan(tree, output_columns)
         return StepPlan(
             strategy="aggregate",
@@ -139,6 +144,16 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
     change = builder.query_delta(tree).sql(DIALECT)
     builder.newest = True
     later = builder.query_delta(tree).sql(DIALECT)
+    bounds = list(builder.bounds.values())
+    if limit is not None:
+        new = at_version(tree, NEW).sql(DIALECT)
+        # bound on steps after the first only (a first step reads the query over the new inputs)
+        bounds.append(global_top_k.gate(limit, later, output_columns))
+        change, later = (
+            global_top_k.change_sql(limit, delta, new, output_columns) for delta in (change, later)
+        )
+        builder.constructs.add(limit.construct)
+        builder.retracting = True
     constructs = [c for c in _CONSTRUCT_ORDER if c in builder.constructs]
     constructs += sorted(c for c in builder.constructs if c not in _CONSTRUCT_ORDER)
     return StepPlan(
@@ -149,7 +164,7 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
         change_sql=change,
         monotonic=not builder.retracting,
         stages=stages,
-        bounds=tuple(builder.bounds.values()),
+        bounds=tuple(bounds),
         later_change_sql=later if later != change else None,
         later_monotonic=not builder.retracting and not builder.signed,
     )

@@ -70,13 +70,14 @@ def top_chain(tree: exp.Expression) -> List[exp.Expression]:
     return []
 
 
-def lift_stages(tree: exp.Query, first_position: int) -> List[LiftedStage]:
-    """Lifts every aggregate block below the top out of `tree` (in place), innermost first.
+def lift_stages(tree: exp.Query, first_position: int, keep_top: bool = True) -> List[LiftedStage]:
+    """Lifts every aggregate block below the top out of `tree` (in place), innermost first;
+    with `keep_top` false, the top's aggregate too (a LIMIT above it, global_top_k.py).
 
     Stage k is read as input `first_position + k`. Returns the stages in the order they must be
     maintained (a stage only reads inputs and stages before it).
     """
-    kept = {id(node) for node in top_chain(tree)}
+    kept = {id(node) for node in top_chain(tree)} if keep_top else set()
     stages: List[LiftedStage] = []
     by_text: Dict[str, LiftedStage] = {}
     for block in sorted(_liftable_blocks(tree, kept), key=_depth, reverse=True):

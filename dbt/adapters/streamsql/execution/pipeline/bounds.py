@@ -26,16 +26,20 @@ def bind_bounds(
     ctx: StepContext, bounds: Sequence[KeyBound], used_by: str, first_step: bool
 ) -> None:
     """Bind each key bound `used_by` holds to its predicate, with the change's MIN/MAX as
-    literals (one query for all of them); on a first step, to `true`."""
+    literals (one query for all of them, one more for gates over them); on a first step, to
+    `true`."""
     bounds = [bound for bound in bounds if bound.name in used_by]
-    if not bounds:
-        return
     if first_step:
-        predicates = ["true"] * len(bounds)
-    else:
-        predicates = bound_predicates(ctx, bounds)
-    for bound, predicate in zip(bounds, predicates):
-        ctx.bindings.set(bound.name, predicate)
+        for bound in bounds:
+            ctx.bindings.set(bound.name, "true")
+        return
+    # A bound whose value reads another's placeholder (global_top_k.py's gate over a change
+    # with key bounds) is computed once that one is bound.
+    after = [b for b in bounds if any(o.name in b.value for o in bounds if o is not b)]
+    for group in ([b for b in bounds if b not in after], after):
+        if group:
+            for bound, predicate in zip(group, bound_predicates(ctx, group)):
+                ctx.bindings.set(bound.name, predicate)
 
 
 def bound_predicates(ctx: StepContext, bounds: Sequence[KeyBound]) -> List[str]:

@@ -34,6 +34,7 @@ from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
 )
 from dbt.adapters.streamsql.execution.pipeline.bounds import CHANGE_ALIAS, bind_bounds
 from dbt.adapters.streamsql.execution.step_state import StepState
+from dbt.adapters.streamsql.planning import global_top_k
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
     GROUPS,
@@ -139,7 +140,12 @@ def linear_change(ctx: StepContext, step: StepState, plan: StepPlan) -> ModelCha
     # their append without netting.
     if not (step.first_step or (monotonic and step.inserts_only)) and plan.later_change_sql:
         change_sql, monotonic = plan.later_change_sql, plan.later_monotonic
+    if TARGET in change_sql:  # a global top-K reads the model's rows (global_top_k.py)
+        define_target(ctx)
     bind_bounds(ctx, plan.bounds, change_sql, step.first_step)
+    if global_top_k.GATE in change_sql and not step.first_step:
+        if ctx.bindings.relation(global_top_k.GATE) != "false":
+            step.result.notes.append(global_top_k.READ_AGAIN)
     change = inline(ctx.bindings.bind(change_sql))
     reads = ctx.bindings.reads(change_sql)
     if monotonic and step.inserts_only:
@@ -164,6 +170,19 @@ def with_reads(role: str, reads: str) -> str:
     return f"{role}, from {reads}" if reads else role
 
 
+def define_target(ctx: StepContext) -> None:
+    """Binds `__streamsql_target__`: the model's table as of the step's start."""
+    version = ctx.target_version
+    if version is None:
+        version = ctx.latest_version(ctx.model.target_name)
+    ctx.bindings.define(
+        TARGET,
+        "target",
+        sql.input_as_of(ctx.model.target, version),
+        role=f"the model's table as of version {version}",
+    )
+
+
 def recompute_change(
     ctx: StepContext,
     step: StepState,
@@ -176,15 +195,7 @@ def recompute_change(
     LATENESS set aside and WATERMARK holds (event_time/rules.py `held_back_rows`): those are
     taken out of the change too, so that a recompute neither holds nor quarantines them again.
     None: `plan` accounts for them already (a recovery's, lost_history.recovery_sql)."""
-    version = ctx.target_version
-    if version is None:
-        version = ctx.latest_version(ctx.model.target_name)
-    ctx.bindings.define(
-        TARGET,
-        "target",
-        sql.input_as_of(ctx.model.target, version),
-        role=f"the model's table as of version {version}",
-    )
+    define_target(ctx)
     change_sql = ctx.bindings.bind(plan.change_sql or "")
     if written is not None:
         held = held_back_rows(ctx, plan.output_columns, written, step.previous.step)

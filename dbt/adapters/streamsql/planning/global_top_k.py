@@ -1,0 +1,241 @@
+"""ORDER BY ... LIMIT k at the top of a query (a global top-K), kept from the model's own rows.
+
+    select player, score from scores order by score desc limit 10
+    select seller, count(*) as sold from auctions group by seller order by sold desc limit 5
+
+Let R be the query without its ORDER BY and LIMIT, T the model (the first k rows of R's old
+result in the ORDER BY, ties broken below), b the last row of T, and D the change of R (its
+delta rules, an aggregate below as a stage). Every row of R's old result that ranks before b
+is in T, so the rows of R's new result up to b are known without reading R:
+
+    P = (T + D) restricted to the rows ranked up to b       (all of T + D when T holds fewer
+                                                            than k rows: T was all of R)
+
+and when P holds at least k rows (or T was all of R), the new model is the first k rows of P.
+Inserts, and updates that keep a row above the cut (a leaderboard's changed scores), stay on
+that path; only a step whose deletions leave fewer than k known rows evaluates R over the new
+inputs (its first k rows, one read of what R reads), since no rows below the cut are kept. The
+step decides which before reading anything: a key bound gates the two (`GATE`, bounds.py in the
+executor), so Spark never plans the read it does not need.
+
+Ties. Which of the rows tied on the ORDER BY a LIMIT keeps is Spark's choice; evaluating the
+old result again may choose differently from the step that wrote the model. So the order is
+extended by every output column (ascending, NULLs first): rows that still tie are equal, and
+which of them is kept does not matter. That is one of the answers Spark may give. Output
+columns that cannot be ordered (MAP, VARIANT) leave the query a recompute.
+
+What stays a recompute, with a reason: LIMIT without ORDER BY (any k rows), OFFSET, a LIMIT
+that is not a positive integer literal, an ORDER BY on something the query does not select,
+LIMIT below the top of the query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from sqlglot import exp
+
+from dbt.adapters.streamsql.planning.errors import RecomputeRequired
+from dbt.adapters.streamsql.planning.plan import (
+    DIALECT,
+    TARGET,
+    WEIGHT,
+    Column,
+    KeyBound,
+    bound_placeholder,
+)
+
+CONSTRUCT = "global top-k"
+ALIAS = "_streamsql_topk"
+# 1 when the step must evaluate the query over the new inputs, NULL when the model's rows and
+# the change decide the new top-K (bound to `true` / `false` before the change is computed).
+GATE = bound_placeholder("topk", 0)
+_UNORDERABLE = ("map<", "variant")
+# What the step line adds when the gate opens.
+READ_AGAIN = (
+    "global top-k: its first rows read again from the query over its new inputs (the step's "
+    "deletions left fewer of the model's rows known than its LIMIT)"
+)
+
+
+@dataclass(frozen=True)
+class GlobalLimit:
+    count: int
+    # (output column position, descending, NULLs first), in the ORDER BY's order
+    order: Tuple[Tuple[int, bool, bool], ...]
+
+    @property
+    def construct(self) -> str:
+        return f"{CONSTRUCT} (limit {self.count})"
+
+
+def split(tree: exp.Query, output_columns: Sequence[Column]) -> Optional[GlobalLimit]:
+    """Takes a top-level ORDER BY ... LIMIT off `tree` (in place) and returns it; None when
+    the top has no LIMIT. Raises RecomputeRequired for the forms kept as recomputes."""
+    limit = tree.args.get("limit")
+    if limit is None or not isinstance(tree, (exp.Select, exp.SetOperation)):
+        return None
+    if tree.args.get("offset") is not None:
+        raise RecomputeRequired(
+            "LIMIT with OFFSET is not maintained incrementally (the rows above the offset are "
+            "not kept)"
+        )
+    order = tree.args.get("order")
+    if order is None:
+        raise RecomputeRequired(
+            "LIMIT without ORDER BY (any k rows) is not maintained incrementally: an ORDER BY "
+            "that decides which rows are kept puts it on the fast path"
+        )
+    count = _positive_integer(limit.args.get("expression"))
+    if count is None:
+        raise RecomputeRequired(
+            "LIMIT other than a positive integer literal is not maintained incrementally"
+        )
+    for column in output_columns:
+        if column.data_type.replace(" ", "").lower().startswith(_UNORDERABLE):
+            raise RecomputeRequired(
+                f"ORDER BY ... LIMIT over a {column.data_type.upper()} column ({column.name}) "
+                "is not maintained incrementally: its rows cannot be ordered to break ties"
+            )
+    terms = tuple(
+        (_output_position(tree, o.this, output_columns), bool(o.args.get("desc")), _nulls(o))
+        for o in order.expressions
+    )
+    tree.set("order", None)
+    tree.set("limit", None)
+    return GlobalLimit(count, terms)
+
+
+def _positive_integer(node: Optional[exp.Expression]) -> Optional[int]:
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        value = int(node.this)
+        return value if value > 0 else None
+    return None
+
+
+def _nulls(ordered: exp.Ordered) -> bool:
+    nulls_first = ordered.args.get("nulls_first")
+    if nulls_first is None:  # Spark's default: NULLs are the smallest values
+        return not ordered.args.get("desc")
+    return bool(nulls_first)
+
+
+def _output_position(tree: exp.Query, term: exp.Expression, columns: Sequence[Column]) -> int:
+    """The output column an ORDER BY term orders by: a position, a column's name, or a
+    projection's expression."""
+    if isinstance(term, exp.Literal) and not term.is_string and term.this.isdigit():
+        position = int(term.this) - 1
+        if 0 <= position < len(columns):
+            return position
+    if isinstance(term, exp.Column) and not term.table:
+        named = [i for i, c in enumerate(columns) if c.name.lower() == term.name.lower()]
+        if len(named) == 1:
+            return named[0]
+    if isinstance(tree, exp.Select) and not any(
+        isinstance(p, exp.Star) or (isinstance(p, exp.Column) and p.is_star)
+        for p in tree.expressions
+    ):
+        same = [i for i, p in enumerate(tree.expressions) if p.unalias() == term]
+        if same and len(tree.expressions) == len(columns):
+            return same[0]
+    raise RecomputeRequired(
+        f"ORDER BY {term.sql(DIALECT)} ... LIMIT orders by something the query does not "
+        "select, which is not maintained incrementally: order by a selected column (or its "
+        "position)"
+    )
+
+
+def wrap(tree: exp.Query, columns: Sequence[Column]) -> exp.Select:
+    """`SELECT <columns> FROM (tree) AS _streamsql_topk(<columns>)`: the query the delta rules
+    maintain below the LIMIT, an aggregate in it lifted as a stage."""
+    names = [exp.to_identifier(c.name, quoted=True) for c in columns]
+    alias = exp.TableAlias(this=exp.to_identifier(ALIAS), columns=names)
+    return exp.Select(
+        expressions=[exp.column(n.copy(), table=ALIAS) for n in names],
+        from_=exp.From(this=exp.Subquery(this=tree, alias=alias)),
+    )
+
+
+def _quoted(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(DIALECT)
+
+
+def _ordering(limit: GlobalLimit, columns: Sequence[Column], tag: Optional[str] = None) -> str:
+    """The ORDER BY's terms, then every output column (ties), then `tag` if given."""
+    terms = [
+        f"{_quoted(columns[p].name)} {'DESC' if desc else 'ASC'} "
+        f"NULLS {'FIRST' if first else 'LAST'}"
+        for p, desc, first in limit.order
+    ]
+    terms += [f"{_quoted(c.name)} ASC NULLS FIRST" for c in columns]
+    return ", ".join(terms + ([tag] if tag else []))
+
+
+def _known_prefix(limit: GlobalLimit, delta: str, columns: Sequence[Column]) -> str:
+    """P: the rows of the query's new result ranked up to the model's last row, with their
+    counts (`_streamsql_n`), from the model (T) and the query's change (D)."""
+    cols = ", ".join(_quoted(c.name) for c in columns)
+    k = limit.count
+    net = f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM ({delta}) GROUP BY {cols}"
+    # Of the rows D inserts, only the first k (as distinct rows) can be among the first k of P.
+    inserted = (
+        f"SELECT * FROM (SELECT {cols}, {WEIGHT} FROM ({net}) WHERE {WEIGHT} > 0 "
+        f"ORDER BY {_ordering(limit, columns)} LIMIT {k})"
+    )
+    deleted = f"SELECT {cols}, {WEIGHT} FROM ({net}) WHERE {WEIGHT} < 0"
+    rows = (
+        f"SELECT {cols}, {WEIGHT}, 0 AS _streamsql_tag FROM ({inserted}) "
+        f"UNION ALL SELECT {cols}, {WEIGHT}, 0 AS _streamsql_tag FROM ({deleted}) "
+        f"UNION ALL SELECT {cols}, CAST(1 AS BIGINT) AS {WEIGHT}, 1 AS _streamsql_tag "
+        f"FROM {TARGET}"
+    )
+    # A change's row equal to the model's last row ranks before it (tag 0 < 1): a deletion
+    # of that value counts against the model's copies.
+    ranked = (
+        f"SELECT *, row_number() OVER (ORDER BY {_ordering(limit, columns, '_streamsql_tag')}) "
+        f"AS _streamsql_rn FROM ({rows})"
+    )
+    marked = (
+        "SELECT *, MAX(CASE WHEN _streamsql_tag = 1 THEN _streamsql_rn END) OVER () "
+        "AS _streamsql_last, SUM(_streamsql_tag) OVER () AS _streamsql_kept "
+        f"FROM ({ranked})"
+    )
+    return (
+        f"SELECT {cols}, SUM({WEIGHT}) AS _streamsql_n FROM ({marked}) "
+        f"WHERE _streamsql_kept < {k} OR _streamsql_tag = 1 OR _streamsql_rn < _streamsql_last "
+        f"GROUP BY {cols} HAVING SUM({WEIGHT}) > 0"
+    )
+
+
+def gate(limit: GlobalLimit, delta: str, columns: Sequence[Column]) -> KeyBound:
+    """The bound that says whether the step reads the query over the new inputs: NULL (it
+    does not) when the model held all of the query's rows or P holds at least k rows."""
+    k = limit.count
+    value = (
+        f"(SELECT CASE WHEN kept < {k} OR COALESCE(known, 0) >= {k} THEN CAST(NULL AS INT) "
+        f"ELSE 1 END FROM (SELECT COUNT(*) AS kept FROM {TARGET}) CROSS JOIN "
+        f"(SELECT SUM(_streamsql_n) AS known FROM ({_known_prefix(limit, delta, columns)})))"
+    )
+    return KeyBound(GATE, "1", ">=", value)
+
+
+def change_sql(limit: GlobalLimit, delta: str, new: str, columns: Sequence[Column]) -> str:
+    """The model's change: its new first k rows (from P, or from the query over the new
+    inputs, as `GATE` says), +1, and its rows before the step, -1."""
+    cols = ", ".join(_quoted(c.name) for c in columns)
+    k, order = limit.count, _ordering(limit, columns)
+    prefix = _known_prefix(limit, delta, columns)
+    copies = (
+        f"SELECT {cols} FROM ({prefix}) AS _streamsql_prefix LATERAL VIEW "
+        "explode(sequence(CAST(1 AS BIGINT), _streamsql_prefix._streamsql_n)) "
+        "_streamsql_copies AS _streamsql_copy"
+    )
+    parts: List[str] = [
+        f"SELECT {cols}, CAST(1 AS BIGINT) AS {WEIGHT} FROM (SELECT * FROM ({copies}) "
+        f"ORDER BY {order} LIMIT {k}) WHERE NOT {GATE}",
+        f"SELECT {cols}, CAST(1 AS BIGINT) AS {WEIGHT} FROM (SELECT * FROM ({new}) "
+        f"ORDER BY {order} LIMIT {k}) WHERE {GATE}",
+        f"SELECT {cols}, CAST(-1 AS BIGINT) AS {WEIGHT} FROM {TARGET}",
+    ]
+    return "\nUNION ALL\n".join(parts)
