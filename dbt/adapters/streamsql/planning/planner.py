@@ -26,7 +26,6 @@ from typing import Callable, List, Optional, Sequence
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning import global_top_k
-from dbt.adapters.streamsql.planning.aggregates.analysis import is_aggregate_select
 from dbt.adapters.streamsql.planning.aggregates.planner import AggregatePlanner
 from dbt.adapters.streamsql.planning.binding import bind_tree, bound_input, parse_query
 from dbt.adapters.streamsql.planning.constructs import drop_ordering, nonlinear_construct
@@ -44,14 +43,13 @@ from dbt.adapters.streamsql.planning.plan import (
 from dbt.adapters.streamsql.planning.recompute import recompute_change_sql
 from dbt.adapters.streamsql.planning.scalar_subqueries import rewrite as rewrite_scalar_subqueries
 from dbt.adapters.streamsql.planning.set_operations import rewrite as rewrite_set_operations
-from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages
+from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages, top_chain
 from dbt.adapters.streamsql.planning.subqueries import rewrite as rewrite_subqueries
 from dbt.adapters.streamsql.planning.terms import NEW, at_version
 from dbt.adapters.streamsql.planning.types import TypeOracle
 from dbt.adapters.streamsql.planning.windows import (
     add_tie_breakers,
     eliminate_qualify,
-    windows_of,
 )
 
 __all__ = ["plan_step", "recompute_plan", "PlanningError", "Describe"]
@@ -217,19 +215,8 @@ def _stage_note(stages: Sequence[StagePlan]) -> str:
 
 def _is_aggregate(tree: exp.Expression) -> bool:
     """A GROUP BY / DISTINCT / aggregate at the top, possibly under projections over one derived
-    table."""
-    if isinstance(tree, exp.Union):
-        return bool(tree.args.get("distinct"))
-    if not isinstance(tree, exp.Select):
-        return False
-    if is_aggregate_select(tree):
-        return True
-    from_ = tree.args.get("from_")
-    if from_ is None or tree.args.get("joins") or tree.args.get("laterals"):
-        return False
-    if windows_of(tree):  # a window over the groups sees all of them: the aggregate is a stage
-        return False
-    return isinstance(from_.this, exp.Subquery) and _is_aggregate(from_.this.this)
+    table: the chain `stages.top_chain` keeps for the top's aggregate plan."""
+    return bool(top_chain(tree))
 
 
 def _name_outputs(tree: exp.Expression, names: Sequence[str]) -> None:

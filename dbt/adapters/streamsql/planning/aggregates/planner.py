@@ -31,8 +31,8 @@ from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.joins.kinds import KEYED_CONSTRUCTS, SCALAR
 from dbt.adapters.streamsql.planning.linear import TOP_K, WINDOWS, DeltaBuilder
 from dbt.adapters.streamsql.planning.plan import COUNT, DIALECT, FAST_PATH, AggregatePlan, Column
+from dbt.adapters.streamsql.planning.stages import top_chain
 from dbt.adapters.streamsql.planning.types import TypeOracle
-from dbt.adapters.streamsql.planning.windows import windows_of
 
 
 @dataclass
@@ -132,20 +132,9 @@ class AggregatePlanner:
 
 
 def _single_derived_table(select: exp.Select) -> Optional[Tuple[exp.Subquery, exp.Select]]:
-    """The one derived table `select` reads, when it is an aggregate block (or leads to one)."""
-    from_ = select.args.get("from_")
-    if from_ is None or select.args.get("joins") or select.args.get("laterals"):
+    """The one derived table `select` reads, when it is an aggregate block or leads to one
+    through projections (`stages.top_chain`, the chain the top's aggregate plan keeps)."""
+    chain = top_chain(select)
+    if len(chain) < 2:
         return None
-    if windows_of(select):  # evaluated over the changed groups alone it would be wrong
-        return None
-    subquery = from_.this
-    if not isinstance(subquery, exp.Subquery):
-        return None
-    inner = subquery.this
-    if isinstance(inner, exp.Union) and inner.args.get("distinct"):
-        return None
-    if not isinstance(inner, exp.Select) or not (
-        is_aggregate_select(inner) or _single_derived_table(inner)
-    ):
-        return None
-    return subquery, inner
+    return select.args["from_"].this, chain[1]
