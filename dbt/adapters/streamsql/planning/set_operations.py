@@ -115,11 +115,10 @@ def _marked(
 ) -> exp.Select:
     """SELECT side's columns as `columns`, 1 as `marker` and NULL as the other side's marker."""
     query = side.this if isinstance(side, exp.Subquery) else side
-    own = exp.Literal.number(1)
-    other = exp.cast(exp.null(), "INT")
-    flags = [exp.alias_(own, marker), exp.alias_(other, RIGHT if marker == LEFT else LEFT)]
-    if marker == RIGHT:
-        flags.reverse()
+    flags = [  # the left's marker first on both sides
+        exp.alias_(exp.Literal.number(1) if m == marker else exp.cast(exp.null(), "INT"), m)
+        for m in (LEFT, RIGHT)
+    ]
     return exp.Select(
         expressions=[
             exp.alias_(exp.column(name, table=alias), column)
