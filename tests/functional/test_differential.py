@@ -268,6 +268,13 @@ MODELS: Dict[str, tuple] = {
         f"row_number() over (partition by g order by rid, v, n, ts, k) as rn from {FACTS}",
         "linear",
     ),
+    "lin_range_frames": (  # bounded RANGE frames: partitions read from the change's reach on
+        f"select rid, g, ts, avg(v) over (partition by g order by ts range between interval 2 "
+        f"hours preceding and current row) as a, count(*) over (partition by g order by ts "
+        f"range between interval 60 minutes preceding and interval 30 minutes following) as c "
+        f"from {FACTS}",
+        "linear",
+    ),
     "lin_window_over_aggregate": (  # the aggregate a stage, not the top (as Nexmark q6)
         f"select q.g, q.k, avg(q.n) over (partition by q.g order by q.mx, q.k rows between 2 "
         f"preceding and current row) as a from (select g, k, count(*) as n, max(rid) as mx "

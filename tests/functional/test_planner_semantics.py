@@ -113,6 +113,13 @@ LINEAR = [
     "rows between unbounded preceding and unbounded following) as second from demo.t",
     "select id, sum(n) over (partition by k order by ts range between interval 1 hour "
     "preceding and current row) as s from demo.t",
+    # bounded RANGE frames: each touched partition read from its first change's reach on
+    "select id, k, avg(n) over (partition by k order by ts range between interval 40 minutes "
+    "preceding and interval 30 minutes following) as a from demo.t",
+    "select id, k, n, count(*) over (partition by k order by n range between 2 preceding and 1 "
+    "following) as c, max(v) over (partition by k order by n range between 1 following and 3 "
+    "following) as m, min(v) over (partition by k order by n range between 4 preceding and 2 "
+    "preceding) as lo from demo.t",
     "select id, row_number() over (partition by k order by id, v, n, s) as rn from demo.t",
     "select id from demo.t where k in (select k from demo.u) union all "
     "select id from (select id, row_number() over (partition by s order by id, v) as rn "

@@ -319,3 +319,46 @@ def test_a_window_over_an_aggregate_makes_the_aggregate_a_stage():
         assert construct in step.reason and step.reason.endswith(
             "over 1 stage (group by (count(*)))"
         )
+
+
+def test_bounded_range_frames_read_each_touched_partition_from_the_changes_reach_on():
+    step = plan_named(
+        "select id, sum(id) over (partition by status order by updated_at range between "
+        "interval 1 hour preceding and current row) as s, count(*) over (partition by status "
+        "order by updated_at range between interval 10 minutes preceding and interval 20 "
+        "minutes following) as c from demo.events"
+    )
+    assert step.reason == "fast path: window per partition (sum, count) from the change's reach"
+    change = step.change_sql
+    # per touched partition, its lowest changed ORDER BY value (NULLs: each other's frame)
+    assert "MIN(_streamsql_lo) AS _streamsql_lo" in change
+    assert (
+        "AND (events.updated_at >= LEAST(_streamsql_keys_1._streamsql_lo - INTERVAL '1' HOUR, "
+        "_streamsql_keys_1._streamsql_lo - INTERVAL '10' MINUTES - INTERVAL '20' MINUTES) OR "
+        "events.updated_at IS NULL)"
+    ) in change
+    # and the change's lowest value minus the frames, a literal Delta skips files by
+    reach = [b for b in step.bounds if b.column == "events.updated_at"]
+    assert len(reach) == 1 and reach[0].operator == ">=", step.bounds
+    assert reach[0].value == (
+        "LEAST(((SELECT MIN(events.updated_at) FROM __streamsql_delta_0__ AS events)) - "
+        "INTERVAL '1' HOUR, ((SELECT MIN(events.updated_at) FROM __streamsql_delta_0__ AS "
+        "events)) - INTERVAL '10' MINUTES - INTERVAL '20' MINUTES)"
+    )
+    assert f"({reach[0].name} OR events.updated_at IS NULL)" in change
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "order by updated_at",  # running: from the partition's start
+        "order by updated_at range between interval 1 hour preceding and unbounded following",
+        "order by updated_at rows between 2 preceding and current row",  # positions, not values
+        "order by updated_at desc range between interval 1 hour preceding and current row",
+    ],
+)
+def test_other_frames_read_each_touched_partition_whole(frame):
+    step = plan_named(
+        f"select id, sum(id) over (partition by status {frame}) as s from demo.events"
+    )
+    assert "LEFT SEMI JOIN" in step.change_sql and "_streamsql_lo" not in step.change_sql

@@ -25,16 +25,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set
 
+import sqlglot
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.binding import bound_input
+from dbt.adapters.streamsql.planning.bounds import AT_LEAST
 from dbt.adapters.streamsql.planning.constructs import require_linear_select
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.joins.inner import join_terms, term_bounds
 from dbt.adapters.streamsql.planning.joins.keyed import render_from
 from dbt.adapters.streamsql.planning.joins.kinds import join_construct
 from dbt.adapters.streamsql.planning.key_ranges import bounds_on, equalities_of, key_ranges
-from dbt.adapters.streamsql.planning.plan import WEIGHT, KeyBound, bound_placeholder
+from dbt.adapters.streamsql.planning.plan import DIALECT, WEIGHT, KeyBound, bound_placeholder
 from dbt.adapters.streamsql.planning.set_operations import SHAPE
 from dbt.adapters.streamsql.planning.terms import (
     DELTA,
@@ -46,12 +48,15 @@ from dbt.adapters.streamsql.planning.terms import (
     at_version,
     distinct_keys,
     is_constant,
+    lowest_per_key,
     union_all,
     weight_literal,
 )
 from dbt.adapters.streamsql.planning.windows import (
+    LOWEST,
     has_rank_filter,
     partition_keys,
+    range_reach,
     ranking_names,
     window_name,
     windows_of,
@@ -59,6 +64,7 @@ from dbt.adapters.streamsql.planning.windows import (
 
 TOP_K = "top-k per partition"
 WINDOWS = "window per partition"  # a window block without a rank filter above it
+REACH = "from the change's reach"  # ... whose partitions are read from the change on
 
 
 @dataclass
@@ -117,12 +123,16 @@ class DeltaBuilder:
 
         K = the partition keys of the rows in the change of the block below its windows (FROM,
         joins, WHERE); the block over the new inputs restricted to K, +1, and over the old, -1.
+        Bounded RANGE frames restrict each partition further, to the change's reach
+        (windows.range_reach).
         """
+        reach = range_reach(select)
         if has_rank_filter(select):
             self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
         else:
             names = ", ".join(dict.fromkeys(window_name(w) for w in windows_of(select)))
-            self.constructs.add(f"{WINDOWS} ({names})")
+            within = f" {REACH}" if reach is not None else ""
+            self.constructs.add(f"{WINDOWS} ({names}){within}")
         sources = self.block_sources(select)
         keys = partition_keys(select)
         terms = self.block_terms(sources)
@@ -132,12 +142,21 @@ class DeltaBuilder:
         names = [f"k{j}" for j in range(len(keys))]
         below = select.copy()
         projections = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
+        if reach is not None:
+            projections.append(exp.alias_(reach[0].copy(), LOWEST))
         branches = [render_block(self, below, sources, term, projections) for term in terms]
-        changed = distinct_keys(branches, names)
+        if reach is None:
+            changed = distinct_keys(branches, names)
+        else:
+            changed = lowest_per_key(branches, names, LOWEST)
         equalities = equalities_of(sources, select.args.get("where"))
         ranges = key_ranges(sources, terms, keys, equalities)
         bounds = bounds_on(self, sources, keys, ranges, equalities)
-        restriction = KeyRestriction(len(sources), changed, tuple(keys), bounds=tuple(bounds))
+        if reach is not None:
+            bounds += self._reach_bound(sources, terms, reach, equalities)
+        restriction = KeyRestriction(
+            len(sources), changed, tuple(keys), bounds=tuple(bounds), reach=reach or ()
+        )
         count = len(sources)
         return union_all(
             [
@@ -149,6 +168,23 @@ class DeltaBuilder:
                 ),
             ]
         )
+
+    def _reach_bound(self, sources, terms, reach, equalities) -> List[exp.Expression]:
+        """A literal lower bound on a bounded RANGE frame's ORDER BY column (the change's lowest
+        value minus the frame), so that Delta skips the files every touched partition's
+        re-evaluation leaves out (windows.range_reach). None unless it is a column."""
+        order, lowest = reach
+        found = key_ranges(sources, terms, [order], equalities)[0]
+        if not isinstance(order, exp.Column) or found is None:
+            return []
+        lowest = lowest.copy()
+        for column in list(lowest.find_all(exp.Column)):
+            if column.name == LOWEST:
+                column.replace(exp.paren(sqlglot.parse_one(found[0], read=DIALECT), copy=False))
+        name = self.name_bound(KeyBound("", order.sql(DIALECT), AT_LEAST, lowest.sql(DIALECT)))
+        # the placeholder stands for the whole `o >= <literal>` (NULLs read as in the semi join)
+        at_least = exp.column(name)
+        return [exp.paren(exp.or_(at_least, exp.Is(this=order.copy(), expression=exp.Null())))]
 
     def block_sources(self, select: exp.Select) -> List[Source]:
         """The FROM clause of a block as sources; rejects joins without a delta rule."""

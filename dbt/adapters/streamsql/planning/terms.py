@@ -57,6 +57,9 @@ class KeyRestriction:
     right_keys: Tuple[exp.Expression, ...] = ()
     right_bounds: Tuple[exp.Expression, ...] = ()
     restrict_right: bool = False
+    # (o, lowest): a window block's rows are also restricted to o >= lowest (an expression over
+    # the changed keys' column `_streamsql_lo`, windows.range_reach) or o NULL
+    reach: Tuple[exp.Expression, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,17 @@ def union_all(queries) -> exp.Query:
     for query in queries[1:]:
         result = exp.union(result, query, distinct=False)
     return result
+
+
+def lowest_per_key(branches: Sequence[exp.Query], names: Sequence[str], lowest: str) -> exp.Select:
+    """k0, k1, ... and the lowest non-NULL `lowest` of each, over the UNION ALL of `branches`."""
+    alias = exp.TableAlias(this=exp.to_identifier("_streamsql_changed"))
+    return exp.Select(
+        expressions=[exp.column(name) for name in names]
+        + [exp.alias_(exp.Min(this=exp.column(lowest)), lowest)],
+        from_=exp.From(this=exp.Subquery(this=union_all(branches), alias=alias)),
+        group=exp.Group(expressions=[exp.column(name) for name in names]),
+    )
 
 
 def distinct_keys(branches: Sequence[exp.Query], names: Sequence[str]) -> exp.Select:

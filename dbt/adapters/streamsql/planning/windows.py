@@ -37,7 +37,7 @@ Spark's choice and breaking the ties would change the frame.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from sqlglot import exp
 
@@ -170,6 +170,76 @@ def by_position(window: exp.Window) -> bool:
     if name in _BY_POSITION:
         return True
     return name in _WHOLE_PARTITION_AGGREGATES + _VALUES_OF_ROWS and _rows_frame(window)
+
+
+# The lowest ORDER BY value among a touched partition's changed rows (NULL: the partition is
+# evaluated whole), as `range_reach` and the restriction of linear.py name it.
+LOWEST = "_streamsql_lo"
+
+
+def range_reach(select: exp.Select) -> Optional[Tuple[exp.Expression, exp.Expression]]:
+    """How far back from a partition's first change a step must read, for a block whose every
+    window is COUNT/SUM/AVG/MIN/MAX over a RANGE frame with bounded ends (`RANGE BETWEEN
+    INTERVAL 1 HOUR PRECEDING AND CURRENT ROW`) on one ascending ORDER BY expression o.
+
+    Returns o and the lowest o the step must read, as an expression over column `LOWEST` (the
+    partition's lowest changed non-NULL o): that minus the widest frame. A row whose frame
+    reaches no changed row (o below LOWEST minus the frame's FOLLOWING end) keeps its value; one
+    that reaches one reads rows down to its frame's start at most. Rows read below those are
+    evaluated with a cut frame, the same before and after the step, so they net out. Rows with
+    a NULL o are only in each other's frames (Spark's RANGE frames): they are read too
+    (`reach_predicate`). None when the block's windows are other than that (a running or
+    whole-partition frame, ROWS, LAG).
+    """
+    order: Optional[exp.Expression] = None
+    cuts: List[exp.Expression] = []
+    for window in windows_of(select):
+        spec = window.args.get("spec")
+        ordering = window.args.get("order")
+        if (
+            window_name(window) not in _WHOLE_PARTITION_AGGREGATES
+            or spec is None
+            or str(spec.args.get("kind") or "").lower() != "range"
+            or spec.args.get("exclude")
+            or ordering is None
+            or len(ordering.expressions) != 1
+            or ordering.expressions[0].args.get("desc")
+        ):
+            return None
+        this = ordering.expressions[0].this
+        if order is None:
+            order = this
+        elif this != order:
+            return None
+        cut: exp.Expression = exp.column(LOWEST)
+        for bound, side, sign in (("start", "start_side", 1), ("end", "end_side", -1)):
+            value, direction = spec.args.get(bound), str(spec.args.get(side) or "").lower()
+            if isinstance(value, str):  # CURRENT ROW, or UNBOUNDED (no reach)
+                if value.upper() != "CURRENT ROW":
+                    return None
+                continue
+            # start n PRECEDING: cut - n; start n FOLLOWING: + n; end: the opposite
+            if (direction == "preceding") == (sign == 1):
+                cut = exp.Sub(this=cut, expression=value.copy())
+            else:
+                cut = exp.Add(this=cut, expression=value.copy())
+        cuts.append(cut)
+    if order is None:
+        return None
+    return order, cuts[0] if len(cuts) == 1 else exp.func("least", *cuts)
+
+
+def reach_predicate(order: exp.Expression, lowest: exp.Expression) -> exp.Expression:
+    """`(o >= lowest OR o IS NULL)`: a row a bounded RANGE frame's re-evaluation reads. Rows
+    whose ORDER BY value is NULL are each other's frame and nobody else's: they are read
+    whole (unchanged ones give the same values before and after the step)."""
+    return exp.paren(
+        exp.or_(
+            exp.GTE(this=order.copy(), expression=lowest),
+            exp.Is(this=order.copy(), expression=exp.Null()),
+        ),
+        copy=False,
+    )
 
 
 def has_rank_filter(select: exp.Select) -> bool:

@@ -58,6 +58,7 @@ from dbt.adapters.streamsql.planning.terms import (
     is_constant,
     weight_literal,
 )
+from dbt.adapters.streamsql.planning.windows import reach_predicate
 
 
 def restricted_terms(
@@ -186,7 +187,10 @@ def render_from(
         if restriction is not None:
             joins.append(
                 _semi_join(
-                    restriction.left_keys, restriction.changed_keys, f"_streamsql_keys_{position}"
+                    restriction.left_keys,
+                    restriction.changed_keys,
+                    f"_streamsql_keys_{position}",
+                    restriction.reach,
                 )
             )
         join = sources[position].join.copy()
@@ -205,13 +209,17 @@ def render_from(
                     restriction.left_keys,
                     restriction.changed_keys,
                     f"_streamsql_keys_{restriction.position}",
+                    restriction.reach,
                 )
             )
     return from_, joins
 
 
 def _semi_join(
-    left_keys: Sequence[exp.Expression], changed_keys: exp.Query, alias: str
+    left_keys: Sequence[exp.Expression],
+    changed_keys: exp.Query,
+    alias: str,
+    reach: Sequence[exp.Expression] = (),
 ) -> exp.Join:
     condition = exp.and_(
         *(
@@ -219,6 +227,12 @@ def _semi_join(
             for j, left in enumerate(left_keys)
         )
     )
+    if reach:  # from the partition's lowest changed ORDER BY value minus the frame, on
+        order, lowest = reach
+        lowest = lowest.copy()
+        for column in list(lowest.find_all(exp.Column)):
+            column.set("table", exp.to_identifier(alias))
+        condition = exp.and_(condition, reach_predicate(order, lowest))
     keys = exp.Subquery(
         this=changed_keys.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))
     )
