@@ -31,7 +31,8 @@ def main() -> int:
             "('delta.enableChangeDataFeed'='true', 'delta.enableDeletionVectors'='true', "
             "'delta.checkpointInterval'='1000')"
         )  # no checkpoint commit in the rounds
-        spark.sql(f"INSERT INTO {table} SELECT id, 10 FROM range({size})")
+        # n varies with k (as a model's values do), so the files are not all run-length
+        spark.sql(f"INSERT INTO {table} SELECT id, xxhash64(id) FROM range({size})")
         for number in range(args.rounds):
             keys = [(number * 7 + i * 3) % size for i in range(30)]
             values = ", ".join(f"({k}, {number})" for k in keys)
@@ -53,8 +54,10 @@ def main() -> int:
             if number >= 2:
                 results.setdefault((size, persistent), []).append((round(seconds, 2), jobs))
     for (size, persistent), runs in results.items():
+        detail = spark.sql(f"DESCRIBE DETAIL merge_{size}").collect()[0]
         print(
-            f"{size} rows, deletion vectors persistent={persistent}: "
+            f"{size} rows ({detail['sizeInBytes'] / 2**20:.1f} MiB in {detail['numFiles']} "
+            f"files), deletion vectors persistent={persistent}: "
             f"seconds {sorted(s for s, _ in runs)}, jobs {[j for _, j in runs]}"
         )
     spark.stop()

@@ -634,3 +634,24 @@ def test_another_run_writing_the_same_tables_is_a_clean_error(delta_error):
     message = str(error.value)
     assert message.startswith("Model m: another run wrote to its tables at the same time")
     assert delta_error.split("]")[0] + "]" in message and "run again to continue" in message
+
+
+@pytest.mark.parametrize(
+    "size, files, rewritten",
+    [
+        (40_000, 1, True),  # a small model: its MERGE rewrites the file it touches
+        (17 * 2**20, 5, True),  # 3.4 MiB a file
+        (17 * 2**20, 2, False),  # 8.5 MiB a file: deletion vectors
+        (80 * 2**20, 40, False),  # a large model
+        (None, None, False),  # size unknown
+        (0, 0, True),  # empty
+    ],
+)
+def test_a_merge_rewrites_small_files_and_marks_rows_in_large_ones(size, files, rewritten):
+    from types import SimpleNamespace
+
+    from dbt.adapters.streamsql.execution.commit.protocol import small_table
+
+    snapshot = SimpleNamespace(size_bytes=size, num_files=files)
+    log = SimpleNamespace(free_snapshots=True, snapshot=lambda name: snapshot)
+    assert small_table(SimpleNamespace(delta_log=log), "s.m") is rewritten

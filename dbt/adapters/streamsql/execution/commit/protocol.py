@@ -71,11 +71,16 @@ MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 # Whether a MERGE marks the rows it replaces in deletion vectors (Delta's default) or rewrites
 # each file it touches. For a small model the rewrite is cheaper: bench/small_merge.py, 30 keys
 # MERGEd, medians of 5: a 100-row table 4.48 s / 18 jobs -> 3.79 s / 11 jobs, a 200K-row table
-# 3.71 -> 3.01 s. Rewriting costs with the size of the files touched, so only below
-# SMALL_TABLE_BYTES (the table's size from its version's checksum file, read in the JVM: no
-# statement); a larger model, or one whose size a step cannot read for free, keeps them.
+# 3.71 -> 3.01 s; no dearer for tables up to 17 MiB in files of 3.4 MiB (one file touched).
+# Rewriting costs with the size of the files touched, so only below SMALL_TABLE_BYTES in files
+# of at most REWRITTEN_FILE_BYTES on average (from the version's checksum file, read in the JVM:
+# no statement): a 17 MiB model in two files, whose step deleted 25 rows spread over both,
+# MERGEd in 9.9 s rewriting its million rows, and in 2.95 s with deletion vectors
+# (bench/step_vs_rebuild.py --pairs "moving window", 1M rows). A larger model, or one whose
+# size a step cannot read for free, keeps them.
 PERSISTENT_DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
 SMALL_TABLE_BYTES = 64 * 2**20
+REWRITTEN_FILE_BYTES = 4 * 2**20
 
 
 def commit_step(
@@ -244,11 +249,15 @@ def with_side_record(
 
 
 def small_table(ctx: StepContext, name: str) -> bool:
-    """Whether `name` is known, for free, to be below SMALL_TABLE_BYTES."""
+    """Whether `name` is known, for free, to be below SMALL_TABLE_BYTES in files of at most
+    REWRITTEN_FILE_BYTES on average (a MERGE then rewrites the files it touches)."""
     if not ctx.delta_log.free_snapshots:
         return False
-    size = ctx.delta_log.snapshot(name).size_bytes
-    return size is not None and size < SMALL_TABLE_BYTES
+    snapshot = ctx.delta_log.snapshot(name)
+    size, files = snapshot.size_bytes, snapshot.num_files
+    if size is None or files is None or size >= SMALL_TABLE_BYTES:
+        return False
+    return files == 0 or size / files <= REWRITTEN_FILE_BYTES
 
 
 def commit_model(
