@@ -52,16 +52,38 @@ GROUP_SQL = (
     "select device, date_trunc('hour', ts) as hour, count(*) as n, sum(value) as total, "
     "max(value) as peak from {src} group by device, date_trunc('hour', ts)"
 )
-# model name -> (materialization, query); each incremental view has a `table` twin.
-MODELS = {
-    "filter_view": ("incremental_view", FILTER_SQL),
-    "group_view": ("incremental_view", GROUP_SQL),
-    "filter_rebuild": ("table", FILTER_SQL),
-    "group_rebuild": ("table", GROUP_SQL),
+# A moving average per device over the last hour of readings (a bounded RANGE frame): a step
+# reads each touched device from its first new reading minus the hour (every device is touched).
+MOVING_SQL = (
+    "select id, device, ts, avg(value) over (partition by device order by ts range between "
+    "interval 1 hour preceding and current row) as avg_1h from {src}"
+)
+# kind -> (view model, table twin, query); `--pairs` picks some
+ALL_PAIRS = {
+    "filter": ("filter_view", "filter_rebuild", FILTER_SQL),
+    "group by": ("group_view", "group_rebuild", GROUP_SQL),
+    "moving window": ("moving_view", "moving_rebuild", MOVING_SQL),
 }
-PAIRS = [("filter", "filter_view", "filter_rebuild"), ("group by", "group_view", "group_rebuild")]
-INCREMENTAL = [view for _, view, _ in PAIRS]
-REBUILD = [table for _, _, table in PAIRS]
+DEFAULT_PAIRS = "filter,group by"
+# model name -> (materialization, query); each incremental view has a `table` twin.
+MODELS: Dict[str, Tuple[str, str]] = {}
+PAIRS: List[Tuple[str, str, str]] = []
+INCREMENTAL: List[str] = []
+REBUILD: List[str] = []
+
+
+def choose_pairs(kinds: Sequence[str]) -> None:
+    """Sets the module's model lists to the pairs of `kinds` (names of ALL_PAIRS)."""
+    MODELS.clear()
+    PAIRS[:] = [(kind, *ALL_PAIRS[kind][:2]) for kind in kinds]
+    for kind, view, table in PAIRS:
+        MODELS[view] = ("incremental_view", ALL_PAIRS[kind][2])
+        MODELS[table] = ("table", ALL_PAIRS[kind][2])
+    INCREMENTAL[:] = [view for _, view, _ in PAIRS]
+    REBUILD[:] = [table for _, _, table in PAIRS]
+
+
+choose_pairs(DEFAULT_PAIRS.split(","))
 
 
 # -- the dbt project ----------------------------------------------------------------------------
@@ -627,11 +649,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help="dbt project, warehouse and logs (deleted at start)",
     )
     parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
+    parser.add_argument(
+        "--pairs",
+        default=DEFAULT_PAIRS,
+        help=f"model kinds, comma-separated, of: {', '.join(ALL_PAIRS)}",
+    )
+    parser.add_argument(
+        "--output-name", default="step_vs_rebuild", help="results file name, without suffix"
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    choose_pairs([kind.strip() for kind in args.pairs.split(",") if kind.strip()])
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
     work, results_dir = Path(args.work_dir).resolve(), Path(args.results_dir).resolve()
     if work.exists():
@@ -669,12 +700,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # Written after every size, so a long run that is stopped still leaves its results.
         results["elapsed_s"] = time.monotonic() - started
         results["machine"]["load_average_at_end"] = os.getloadavg()
-        (results_dir / "step_vs_rebuild.json").write_text(
-            json.dumps(results, indent=1, default=str)
-        )
-        write_report(results, results_dir / "step_vs_rebuild.md")
-        write_plot(results, results_dir / "step_vs_rebuild.png")
-        print(f"wrote {results_dir / 'step_vs_rebuild.md'} and .png/.json", flush=True)
+        name = args.output_name
+        (results_dir / f"{name}.json").write_text(json.dumps(results, indent=1, default=str))
+        write_report(results, results_dir / f"{name}.md")
+        write_plot(results, results_dir / f"{name}.png")
+        print(f"wrote {results_dir / name}.md and .png/.json", flush=True)
     if failed:
         print(
             "VERIFICATION FAILED: the incremental views differ from a full rebuild:\n  "
