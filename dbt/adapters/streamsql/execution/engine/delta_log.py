@@ -374,7 +374,8 @@ class JvmDeltaLog:
             checksum = snapshot.checksumOpt()
             size = files = None
             if checksum.isDefined():
-                size, files = int(checksum.get().tableSizeBytes()), int(checksum.get().numFiles())
+                found = checksum.get()  # one py4j call, not one per field
+                size, files = int(found.tableSizeBytes()), int(found.numFiles())
             return TableSnapshot(
                 int(snapshot.version()),
                 str(metadata["id"]),
