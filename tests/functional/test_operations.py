@@ -44,7 +44,7 @@ join (select id, count(*) as n from {{ ref('stale') }} group by id) as s on f.id
 """,
     "top_values.sql": """
 {{ config(materialized='incremental_view') }}
-select id, v from {{ ref('fresh') }} order by v desc limit 3
+select id, v from {{ ref('fresh') }} order by v desc, id limit 3 offset 1
 """,
     "versioned_v1.sql": """
 {{ config(materialized='incremental_view') }}
@@ -288,8 +288,10 @@ class TestOperations:
             self.explain(capsys, "top_values"),
             [
                 "Plan: recompute",
-                "recomputed the whole query, because LIMIT is not maintained incrementally",
-                "to avoid it keep the top rows per partition instead",
+                "recomputed the whole query, because LIMIT with OFFSET is not maintained "
+                "incrementally (the rows above the offset are not kept)",
+                "to avoid it drop the OFFSET (ORDER BY ... LIMIT k at the top of the model is "
+                "maintained)",
             ],
         )
 
