@@ -48,7 +48,6 @@ from dbt.adapters.streamsql.planning.terms import (
     at_version,
     distinct_keys,
     is_constant,
-    lowest_per_key,
     union_all,
     weight_literal,
 )
@@ -58,6 +57,7 @@ from dbt.adapters.streamsql.planning.windows import (
     partition_keys,
     range_reach,
     ranking_names,
+    reach_predicate,
     window_name,
     windows_of,
 )
@@ -145,10 +145,7 @@ class DeltaBuilder:
         if reach is not None:
             projections.append(exp.alias_(reach[0].copy(), LOWEST))
         branches = [render_block(self, below, sources, term, projections) for term in terms]
-        if reach is None:
-            changed = distinct_keys(branches, names)
-        else:
-            changed = lowest_per_key(branches, names, LOWEST)
+        changed = distinct_keys(branches, names, LOWEST if reach is not None else None)
         equalities = equalities_of(sources, select.args.get("where"))
         ranges = key_ranges(sources, terms, keys, equalities)
         bounds = bounds_on(self, sources, keys, ranges, equalities)
@@ -174,8 +171,10 @@ class DeltaBuilder:
         value minus the frame), so that Delta skips the files every touched partition's
         re-evaluation leaves out (windows.range_reach). None unless it is a column."""
         order, lowest = reach
+        if not isinstance(order, exp.Column):
+            return []
         found = key_ranges(sources, terms, [order], equalities)[0]
-        if not isinstance(order, exp.Column) or found is None:
+        if found is None:
             return []
         lowest = lowest.copy()
         for column in list(lowest.find_all(exp.Column)):
@@ -183,8 +182,7 @@ class DeltaBuilder:
                 column.replace(exp.paren(sqlglot.parse_one(found[0], read=DIALECT), copy=False))
         name = self.name_bound(KeyBound("", order.sql(DIALECT), AT_LEAST, lowest.sql(DIALECT)))
         # the placeholder stands for the whole `o >= <literal>` (NULLs read as in the semi join)
-        at_least = exp.column(name)
-        return [exp.paren(exp.or_(at_least, exp.Is(this=order.copy(), expression=exp.Null())))]
+        return [reach_predicate(order, exp.column(name))]
 
     def block_sources(self, select: exp.Select) -> List[Source]:
         """The FROM clause of a block as sources; rejects joins without a delta rule."""

@@ -47,10 +47,7 @@ from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages, top
 from dbt.adapters.streamsql.planning.subqueries import rewrite as rewrite_subqueries
 from dbt.adapters.streamsql.planning.terms import NEW, at_version
 from dbt.adapters.streamsql.planning.types import TypeOracle
-from dbt.adapters.streamsql.planning.windows import (
-    add_tie_breakers,
-    eliminate_qualify,
-)
+from dbt.adapters.streamsql.planning.windows import add_tie_breakers, eliminate_qualify
 
 __all__ = ["plan_step", "recompute_plan", "PlanningError", "Describe"]
 

@@ -133,23 +133,18 @@ def union_all(queries) -> exp.Query:
     return result
 
 
-def lowest_per_key(branches: Sequence[exp.Query], names: Sequence[str], lowest: str) -> exp.Select:
-    """k0, k1, ... and the lowest non-NULL `lowest` of each, over the UNION ALL of `branches`."""
-    alias = exp.TableAlias(this=exp.to_identifier("_streamsql_changed"))
-    return exp.Select(
-        expressions=[exp.column(name) for name in names]
-        + [exp.alias_(exp.Min(this=exp.column(lowest)), lowest)],
-        from_=exp.From(this=exp.Subquery(this=union_all(branches), alias=alias)),
-        group=exp.Group(expressions=[exp.column(name) for name in names]),
-    )
-
-
-def distinct_keys(branches: Sequence[exp.Query], names: Sequence[str]) -> exp.Select:
-    """SELECT DISTINCT k0, k1, ... over the UNION ALL of `branches` (each projecting them first)."""
+def distinct_keys(
+    branches: Sequence[exp.Query], names: Sequence[str], lowest: Optional[str] = None
+) -> exp.Select:
+    """SELECT DISTINCT k0, k1, ... over the UNION ALL of `branches` (each projecting them first);
+    with `lowest`, also the lowest non-NULL value of that column each key has."""
     alias = exp.TableAlias(this=exp.to_identifier("_streamsql_changed"))
     keys = exp.Subquery(this=union_all(branches), alias=alias)
+    columns = [exp.column(name) for name in names]
+    if lowest is None:
+        return exp.Select(expressions=columns, from_=exp.From(this=keys), distinct=exp.Distinct())
     return exp.Select(
-        expressions=[exp.column(name) for name in names],
+        expressions=columns + [exp.alias_(exp.Min(this=exp.column(lowest)), lowest)],
         from_=exp.From(this=keys),
-        distinct=exp.Distinct(),
+        group=exp.Group(expressions=[c.copy() for c in columns]),
     )

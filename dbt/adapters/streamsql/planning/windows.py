@@ -172,8 +172,8 @@ def by_position(window: exp.Window) -> bool:
     return name in _WHOLE_PARTITION_AGGREGATES + _VALUES_OF_ROWS and _rows_frame(window)
 
 
-# The lowest ORDER BY value among a touched partition's changed rows (NULL: the partition is
-# evaluated whole), as `range_reach` and the restriction of linear.py name it.
+# The lowest non-NULL ORDER BY value among a touched partition's changed rows (NULL when all are
+# NULL: only the NULL-ordered rows are read), as `range_reach` and linear.py's restriction name it.
 LOWEST = "_streamsql_lo"
 
 
@@ -229,16 +229,13 @@ def range_reach(select: exp.Select) -> Optional[Tuple[exp.Expression, exp.Expres
     return order, cuts[0] if len(cuts) == 1 else exp.func("least", *cuts)
 
 
-def reach_predicate(order: exp.Expression, lowest: exp.Expression) -> exp.Expression:
-    """`(o >= lowest OR o IS NULL)`: a row a bounded RANGE frame's re-evaluation reads. Rows
-    whose ORDER BY value is NULL are each other's frame and nobody else's: they are read
-    whole (unchanged ones give the same values before and after the step)."""
+def reach_predicate(order: exp.Expression, at_least: exp.Expression) -> exp.Expression:
+    """`(at_least OR o IS NULL)`, `at_least` being `o >= ...` (or a key bound standing for one):
+    a row a bounded RANGE frame's re-evaluation reads. Rows whose ORDER BY value is NULL are
+    each other's frame and nobody else's: they are read whole (unchanged ones give the same
+    values before and after the step)."""
     return exp.paren(
-        exp.or_(
-            exp.GTE(this=order.copy(), expression=lowest),
-            exp.Is(this=order.copy(), expression=exp.Null()),
-        ),
-        copy=False,
+        exp.or_(at_least, exp.Is(this=order.copy(), expression=exp.Null())), copy=False
     )
 
 

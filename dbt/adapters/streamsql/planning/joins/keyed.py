@@ -232,7 +232,9 @@ def _semi_join(
         lowest = lowest.copy()
         for column in list(lowest.find_all(exp.Column)):
             column.set("table", exp.to_identifier(alias))
-        condition = exp.and_(condition, reach_predicate(order, lowest))
+        condition = exp.and_(
+            condition, reach_predicate(order, exp.GTE(this=order.copy(), expression=lowest))
+        )
     keys = exp.Subquery(
         this=changed_keys.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))
     )
