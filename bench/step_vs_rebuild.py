@@ -58,11 +58,20 @@ MOVING_SQL = (
     "select id, device, ts, avg(value) over (partition by device order by ts range between "
     "interval 1 hour preceding and current row) as avg_1h from {src}"
 )
+# A moving average over each device's last 10 readings and the change from the previous reading
+# (a ROWS frame and LAG): a step reads each touched device from the 10th reading before its first
+# new one (windows.rows_reach).
+MOVING_ROWS_SQL = (
+    "select id, device, ts, avg(value) over (partition by device order by ts rows between 9 "
+    "preceding and current row) as avg_10, value - lag(value) over (partition by device order by "
+    "ts) as since_last from {src}"
+)
 # kind -> (view model, table twin, query); `--pairs` picks some
 ALL_PAIRS = {
     "filter": ("filter_view", "filter_rebuild", FILTER_SQL),
     "group by": ("group_view", "group_rebuild", GROUP_SQL),
     "moving window": ("moving_view", "moving_rebuild", MOVING_SQL),
+    "moving rows": ("moving_rows_view", "moving_rows_rebuild", MOVING_ROWS_SQL),
 }
 DEFAULT_PAIRS = "filter,group by"
 # model name -> (materialization, query); each incremental view has a `table` twin.

@@ -275,6 +275,14 @@ MODELS: Dict[str, tuple] = {
         f"from {FACTS}",
         "linear",
     ),
+    "lin_rows_frames": (  # ROWS frames, LAG, LEAD: read from the Nth ts below the change
+        f"select rid, g, ts, n, avg(v) over (partition by g order by ts, rid, n, v rows between "
+        f"2 preceding and 1 following) as a, lag(n, 2) over (partition by g order by ts, rid, n, "
+        f"v) as lag2, lead(v, 1, -1) over (partition by g order by ts, rid, n, v) as next_v, "
+        f"count(*) over (partition by g order by ts, rid, n, v rows between current row and 3 "
+        f"following) as c from {FACTS}",
+        "linear",
+    ),
     "lin_window_over_aggregate": (  # the aggregate a stage, not the top (as Nexmark q6)
         f"select q.g, q.k, avg(q.n) over (partition by q.g order by q.mx, q.k rows between 2 "
         f"preceding and current row) as a from (select g, k, count(*) as n, max(rid) as mx "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import random
+import sys
 from collections import Counter
 from decimal import Decimal
 
@@ -106,6 +107,11 @@ LINEAR = [
     "current row) as m, count(*) over (partition by k) as c from demo.t",
     "select id, k, lag(n, 1, -1) over (partition by k order by ts, id, n, v) as p, "
     "lead(v) over (partition by k order by ts, id, n, v) as nx from demo.t",
+    # bounded ROWS frames and LAG/LEAD: read from the Nth ts below each partition's change
+    "select id, k, n, avg(v) over (partition by k order by ts, id, n, v rows between 3 "
+    "preceding and 1 following) as a, lead(n, 2) over (partition by k order by ts, id, n, v) "
+    "as l2, last_value(v) over (partition by k order by ts, id, n, v rows between 1 preceding "
+    "and 2 following) as lv from demo.t",
     "select k, s, ntile(2) over (partition by k order by n, s) as q, "
     "row_number() over (partition by k order by n, s) as rn from demo.t",
     "select k, first_value(n) over (partition by k order by ts, n rows between unbounded "
@@ -408,6 +414,46 @@ def test_linear_plans_are_exact(spark, sql):
         check_change(spark, sql, plan, old, new)
         if plan.later_change_sql is not None:  # joins over new versions only (inclusion-exclusion)
             check_change(spark, sql, plan, old, new, plan.later_change_sql)
+
+
+ROWS_REACH = (
+    "select id, k, n, avg(v) over (partition by k order by ts, id, n, v rows between 3 "
+    "preceding and 1 following) as a, lead(n, 2) over (partition by k order by ts, id, n, v) "
+    "as l2, lag(v) over (partition by k order by ts, id, n, v) as prev from demo.t"
+)
+
+
+def test_rows_frames_read_from_the_nth_row_below_the_change_on(spark, monkeypatch):
+    # Readings of two partitions a minute apart (ties on ts among them), then a step that
+    # appends, updates and deletes near the end: the key bound is a literal below which
+    # Delta skips files, and the change is still exact. A changed row with a NULL ts, or a
+    # partition with too few rows below its change, makes the bound `true` (read whole).
+    # (No ghost rows in the change here: theirs are partitions without rows below them.)
+    monkeypatch.setattr(sys.modules[__name__], "GHOSTS", ((), ()))
+    base = datetime.datetime(2024, 1, 1, 0, 0)
+
+    def reading(i, k, minute, n):
+        return (i, k, Decimal(i) / 4, base + datetime.timedelta(minutes=minute), None, "a", n)
+
+    old = [reading(i, i % 2, i // 2 + (i % 5 == 0), i % 7) for i in range(40)]
+    kept = [r for r in old if r[0] != 38]  # deleted near the end
+    appended = [reading(100 + i, 0, 18 + 2 * i, i) for i in range(3)]
+    updated = [r if r[0] != 36 else r[:6] + (99,) for r in kept]  # changed in place
+    plan = plan_step(ROWS_REACH, INPUTS, output_columns(spark, ROWS_REACH))
+    assert plan.reason.endswith("from the change's reach"), plan.reason
+    bound = plan.bounds[-1]
+    u = [random_u_row(random.Random(1))]
+    for new, bounded in (
+        (appended + updated, True),
+        (appended + updated + [(200, 1, Decimal(1), None, None, "a", 1)], False),
+        (old[:3] + [reading(300, 0, 0, 1)], False),  # fewer than N rows below the change
+    ):
+        register_inputs(spark, (old, u), (new, u))
+        predicate = with_bounds(spark, bound.name, [bound])
+        assert predicate.startswith("(t.ts >= timestamp_micros(") == bounded, predicate
+        check_change(spark, ROWS_REACH, plan, (old, u), (new, u))
+        if bounded:  # the literal itself: partition 0's 5th reading (ties counted) below 00:18
+            assert predicate == "(t.ts >= timestamp_micros(1704067980000000))", predicate
 
 
 @pytest.mark.parametrize("sql", AGGREGATE)

@@ -10,6 +10,7 @@ from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, InputTable
 from dbt.adapters.streamsql.planning.planner import plan_step
+from dbt.adapters.streamsql.planning.windows import rows_reach
 
 EVENTS = InputTable(
     "demo.events",
@@ -353,7 +354,9 @@ def test_bounded_range_frames_read_each_touched_partition_from_the_changes_reach
     [
         "order by updated_at",  # running: from the partition's start
         "order by updated_at range between interval 1 hour preceding and unbounded following",
-        "order by updated_at rows between 2 preceding and current row",  # positions, not values
+        "order by updated_at rows between unbounded preceding and current row",
+        "order by updated_at nulls last rows between 2 preceding and current row",
+        "order by id + 1 rows between 2 preceding and current row",  # no literal bound
         "order by updated_at desc range between interval 1 hour preceding and current row",
     ],
 )
@@ -362,3 +365,78 @@ def test_other_frames_read_each_touched_partition_whole(frame):
         f"select id, sum(id) over (partition by status {frame}) as s from demo.events"
     )
     assert "LEFT SEMI JOIN" in step.change_sql and "_streamsql_lo" not in step.change_sql
+
+
+def test_range_frames_short_form_end_at_the_current_row():
+    step = plan_named(
+        "select id, sum(id) over (partition by status order by updated_at range interval 1 hour "
+        "preceding) as s from demo.events"
+    )
+    assert step.reason == "fast path: window per partition (sum) from the change's reach"
+    assert "_streamsql_keys_1._streamsql_lo - INTERVAL '1' HOUR" in step.change_sql
+
+
+@pytest.mark.parametrize(
+    "windows_sql, back",
+    [
+        ("avg(id) over (partition by status order by updated_at rows 9 preceding)", 9),
+        ("lag(id, 2, 0) over (partition by status order by updated_at)", 2),
+        ("lead(id) over (partition by status order by updated_at)", 1),
+        # the widest FOLLOWING plus the widest PRECEDING, not the widest frame
+        (
+            "lead(id, 3) over (partition by status order by updated_at), max(id) over "
+            "(partition by status order by updated_at rows between 2 preceding and 1 preceding)",
+            5,
+        ),
+        (
+            "nth_value(id, 2) over (partition by status order by updated_at, id rows between "
+            "current row and 4 following)",
+            4,
+        ),
+        ("count(*) over (partition by status order by updated_at rows current row)", 1),
+        (
+            "lag(id) over (partition by status order by updated_at), avg(id) over (partition "
+            "by status order by updated_at rows 2 preceding)",
+            2,
+        ),
+    ],
+)
+def test_rows_frames_and_lag_read_from_the_nth_value_below_the_change(windows_sql, back):
+    step = plan_named(f"select id, {windows_sql} from demo.events")
+    assert step.reason.endswith("from the change's reach"), step.reason
+    reach = [b for b in step.bounds if b.column == "events.updated_at"]
+    assert len(reach) == 1 and reach[0].operator == ">=" and reach[0].open_when_null
+    value = reach[0].value
+    # per touched partition: its lowest changed value (NULL when any is NULL: read it whole)
+    assert "CASE WHEN COUNT(*) = COUNT(_streamsql_lo) THEN MIN(_streamsql_lo) END" in value
+    # the rows below it, at the new version, numbered from the highest down
+    assert "FROM __streamsql_new_0__ AS events LEFT SEMI JOIN" in value
+    assert "AND events.updated_at < _streamsql_keys_1._streamsql_lo" in value
+    assert f"WHERE _streamsql_r <= {back} GROUP BY k0" in value
+    assert f"CASE WHEN MAX(_streamsql_r) >= {back} THEN MIN(_streamsql_v) END" in value
+    # a partition without N rows below its change, or without a cut, is read whole
+    assert value.startswith(
+        "(SELECT CASE WHEN COUNT(*) = COUNT(_streamsql_cuts._streamsql_cut) THEN"
+    )
+    # both evaluations read from the one literal; the semi join itself is on the keys alone
+    change = step.change_sql
+    assert change.count(f"AND {reach[0].name}") == 2
+    assert "_streamsql_lo)" not in change.split("WHERE")[0].split("ON")[-1]
+
+
+@pytest.mark.parametrize(
+    "windows_sql",
+    [
+        "row_number() over (partition by status order by updated_at)",  # counts from the start
+        "lag(id) over (partition by status order by updated_at desc)",
+        "lag(id) over (partition by status order by updated_at), lead(id) over (partition by "
+        "status, id order by updated_at)",  # not partitioned alike
+        "lag(id) over (partition by status order by updated_at), lead(id) over (partition by "
+        "status order by id)",  # not ordered alike
+        "avg(id) over (partition by status order by updated_at rows between 2 preceding and "
+        "unbounded following)",
+    ],
+)
+def test_rows_reach_needs_one_order_one_partition_and_bounded_frames(windows_sql):
+    select = parse(f"select id, {windows_sql} from demo.events")
+    assert rows_reach(select) is None

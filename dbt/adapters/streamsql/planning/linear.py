@@ -22,7 +22,7 @@ each term evaluates the same block with every source at a *version*: "new", "old
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Set
 
 import sqlglot
@@ -58,6 +58,7 @@ from dbt.adapters.streamsql.planning.windows import (
     range_reach,
     ranking_names,
     reach_predicate,
+    rows_reach,
     window_name,
     windows_of,
 )
@@ -124,14 +125,16 @@ class DeltaBuilder:
         K = the partition keys of the rows in the change of the block below its windows (FROM,
         joins, WHERE); the block over the new inputs restricted to K, +1, and over the old, -1.
         Bounded RANGE frames restrict each partition further, to the change's reach
-        (windows.range_reach).
+        (windows.range_reach); bounded ROWS frames and LAG/LEAD, through a key bound computed
+        before the step reads (windows.rows_reach).
         """
         reach = range_reach(select)
+        rows = rows_reach(select) if reach is None else None
         if has_rank_filter(select):
             self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
         else:
             names = ", ".join(dict.fromkeys(window_name(w) for w in windows_of(select)))
-            within = f" {REACH}" if reach is not None else ""
+            within = f" {REACH}" if reach is not None or rows is not None else ""
             self.constructs.add(f"{WINDOWS} ({names}){within}")
         sources = self.block_sources(select)
         keys = partition_keys(select)
@@ -142,17 +145,22 @@ class DeltaBuilder:
         names = [f"k{j}" for j in range(len(keys))]
         below = select.copy()
         projections = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
-        if reach is not None:
-            projections.append(exp.alias_(reach[0].copy(), LOWEST))
+        order = reach[0] if reach is not None else rows[0] if rows is not None else None
+        if order is not None:
+            projections.append(exp.alias_(order.copy(), LOWEST))
         branches = [render_block(self, below, sources, term, projections) for term in terms]
         changed = distinct_keys(branches, names, LOWEST if reach is not None else None)
         equalities = equalities_of(sources, select.args.get("where"))
         ranges = key_ranges(sources, terms, keys, equalities)
         bounds = bounds_on(self, sources, keys, ranges, equalities)
+        predicate = None
         if reach is not None:
             bounds += self._reach_bound(sources, terms, reach, equalities)
+            predicate = reach_predicate(reach[0], exp.GTE(this=order.copy(), expression=reach[1]))
+        if rows is not None:
+            bounds.append(self._rows_bound(below, sources, branches, keys, rows))
         restriction = KeyRestriction(
-            len(sources), changed, tuple(keys), bounds=tuple(bounds), reach=reach or ()
+            len(sources), changed, tuple(keys), bounds=tuple(bounds), reach=predicate
         )
         count = len(sources)
         return union_all(
@@ -183,6 +191,48 @@ class DeltaBuilder:
         name = self.name_bound(KeyBound("", order.sql(DIALECT), AT_LEAST, lowest.sql(DIALECT)))
         # the placeholder stands for the whole `o >= <literal>` (NULLs read as in the semi join)
         return [reach_predicate(order, exp.column(name))]
+
+    def _rows_bound(self, below, sources, branches, keys, rows) -> exp.Expression:
+        """A key bound `c >= <literal>` holding a block's rows to a ROWS frame's reach: the
+        lowest, over the touched partitions, of the Nth highest c below the partition's first
+        change (windows.rows_reach); `true` when a partition is read whole.
+
+        Computed before the step reads, from the change and the touched partitions' rows
+        below it at the new version (Spark keeps the N highest per partition as it reads them,
+        a window group limit). Rows below the first change are the same in both versions, so
+        one value serves the new and the old evaluation, and a lower one would only read more.
+        """
+        order, back = rows
+        names = [f"k{j}" for j in range(len(keys))]
+        changed = distinct_keys(branches, names, LOWEST, null_wins=True)
+        lower = KeyRestriction(
+            len(sources),
+            changed,
+            tuple(keys),
+            reach=exp.LT(this=order.copy(), expression=exp.column(LOWEST)),
+        )
+        projections = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
+        projections.append(exp.alias_(order.copy(), "_streamsql_v"))
+        term = Term((NEW,) * len(sources), weight_literal(1), (lower,))
+        rows_below = render_block(self, below, sources, term, projections).sql(DIALECT)
+        key_list = ", ".join(names)
+        ranked = (
+            f"SELECT {key_list}, _streamsql_v, ROW_NUMBER() OVER (PARTITION BY {key_list} "
+            f"ORDER BY _streamsql_v DESC) AS _streamsql_r FROM ({rows_below}) AS _streamsql_below"
+        )
+        cuts = (
+            f"SELECT {key_list}, CASE WHEN MAX(_streamsql_r) >= {back} THEN MIN(_streamsql_v) "
+            f"END AS _streamsql_cut FROM ({ranked}) AS _streamsql_ranked "
+            f"WHERE _streamsql_r <= {back} GROUP BY {key_list}"
+        )
+        on = " AND ".join(f"_streamsql_c.{n} <=> _streamsql_cuts.{n}" for n in names)
+        value = (
+            "(SELECT CASE WHEN COUNT(*) = COUNT(_streamsql_cuts._streamsql_cut) "
+            f"THEN MIN(_streamsql_cuts._streamsql_cut) END FROM ({changed.sql(DIALECT)}) "
+            f"AS _streamsql_c LEFT JOIN ({cuts}) AS _streamsql_cuts ON {on})"
+        )
+        bound = KeyBound("", order.sql(DIALECT), AT_LEAST, value, open_when_null=True)
+        return exp.column(self.name_bound(bound))
 
     def block_sources(self, select: exp.Select) -> List[Source]:
         """The FROM clause of a block as sources; rejects joins without a delta rule."""
@@ -221,14 +271,10 @@ class DeltaBuilder:
     def name_bound(self, bound: KeyBound) -> str:
         """The placeholder name of a key bound: a known bound's, or a new one it records."""
         for name, known in self.bounds.items():
-            if (known.column, known.operator, known.value) == (
-                bound.column,
-                bound.operator,
-                bound.value,
-            ):
+            if replace(known, name="") == replace(bound, name=""):
                 return name
         name = bound_placeholder(self.bound_prefix, len(self.bounds))
-        self.bounds[name] = KeyBound(name, bound.column, bound.operator, bound.value)
+        self.bounds[name] = replace(bound, name=name)
         return name
 
     def source_at(self, source: Source, version: str) -> exp.Expression:

@@ -89,6 +89,9 @@ class KeyBound:
     A bound may also gate a whole term: column "1" and a value that is 1 when the term is
     needed, NULL when it is not (NOT IN's whole-result terms, linear.py): `false` then lets
     Spark drop the term before reading anything.
+
+    `open_when_null`: a NULL value means `true` instead (a ROWS frame's reach, windows.rows_reach,
+    is NULL when a touched partition must be read whole).
     """
 
     name: str  # a placeholder, `__streamsql_bound_...__`
@@ -97,6 +100,7 @@ class KeyBound:
     # a scalar SQL expression over placeholders: the MIN or MAX the column is held to, e.g. a
     # SELECT over one delta placeholder, or the LEAST/GREATEST of several such SELECTs
     value: str
+    open_when_null: bool = False
 
 
 def bound_placeholder(prefix: str, number: int) -> str:

@@ -57,9 +57,10 @@ class KeyRestriction:
     right_keys: Tuple[exp.Expression, ...] = ()
     right_bounds: Tuple[exp.Expression, ...] = ()
     restrict_right: bool = False
-    # (o, lowest): a window block's rows are also restricted to o >= lowest (an expression over
-    # the changed keys' column `_streamsql_lo`, windows.range_reach) or o NULL
-    reach: Tuple[exp.Expression, ...] = ()
+    # a predicate over the block's rows and the changed keys' column `_streamsql_lo` (unqualified)
+    # the semi join also holds: a window block's rows from the change's reach
+    # (windows.range_reach), or those below it (windows.rows_reach)
+    reach: Optional[exp.Expression] = None
 
 
 @dataclass(frozen=True)
@@ -134,17 +135,27 @@ def union_all(queries) -> exp.Query:
 
 
 def distinct_keys(
-    branches: Sequence[exp.Query], names: Sequence[str], lowest: Optional[str] = None
+    branches: Sequence[exp.Query],
+    names: Sequence[str],
+    lowest: Optional[str] = None,
+    null_wins: bool = False,
 ) -> exp.Select:
     """SELECT DISTINCT k0, k1, ... over the UNION ALL of `branches` (each projecting them first);
-    with `lowest`, also the lowest non-NULL value of that column each key has."""
+    with `lowest`, also the lowest non-NULL value of that column each key has (`null_wins`:
+    NULL when any of its values is NULL)."""
     alias = exp.TableAlias(this=exp.to_identifier("_streamsql_changed"))
     keys = exp.Subquery(this=union_all(branches), alias=alias)
     columns = [exp.column(name) for name in names]
     if lowest is None:
         return exp.Select(expressions=columns, from_=exp.From(this=keys), distinct=exp.Distinct())
+    value: exp.Expression = exp.Min(this=exp.column(lowest))
+    if null_wins:
+        every = exp.EQ(
+            this=exp.Count(this=exp.Star()), expression=exp.Count(this=exp.column(lowest))
+        )
+        value = exp.Case(ifs=[exp.If(this=every, true=value)])
     return exp.Select(
-        expressions=columns + [exp.alias_(exp.Min(this=exp.column(lowest)), lowest)],
+        expressions=columns + [exp.alias_(value, lowest)],
         from_=exp.From(this=keys),
         group=exp.Group(expressions=[c.copy() for c in columns]),
     )

@@ -214,8 +214,8 @@ def range_reach(select: exp.Select) -> Optional[Tuple[exp.Expression, exp.Expres
         cut: exp.Expression = exp.column(LOWEST)
         for bound, side, sign in (("start", "start_side", 1), ("end", "end_side", -1)):
             value, direction = spec.args.get(bound), str(spec.args.get(side) or "").lower()
-            if isinstance(value, str):  # CURRENT ROW, or UNBOUNDED (no reach)
-                if value.upper() != "CURRENT ROW":
+            if value is None or isinstance(value, str):  # CURRENT ROW, or UNBOUNDED (no reach)
+                if value is not None and value.upper() != "CURRENT ROW":
                     return None
                 continue
             # start n PRECEDING: cut - n; start n FOLLOWING: + n; end: the opposite
@@ -227,6 +227,84 @@ def range_reach(select: exp.Select) -> Optional[Tuple[exp.Expression, exp.Expres
     if order is None:
         return None
     return order, cuts[0] if len(cuts) == 1 else exp.func("least", *cuts)
+
+
+def rows_reach(select: exp.Select) -> Optional[Tuple[exp.Column, int]]:
+    """How many rows back from a partition's first change a step must read, for a block whose
+    every window is LAG/LEAD with a constant offset, or COUNT/SUM/AVG/MIN/MAX/FIRST_VALUE/
+    LAST_VALUE/NTH_VALUE over a ROWS frame with bounded ends (`ROWS BETWEEN 9 PRECEDING AND
+    CURRENT ROW`), all partitioned alike and ordered by one column c first, ascending with NULLs
+    first (Spark's default).
+
+    Returns c and N, the widest FOLLOWING reach plus the widest PRECEDING reach (at least 1).
+    Below the partition's lowest changed c, no row changes, and only the last FOLLOWING-reach
+    rows before the change can get another value; they read PRECEDING-reach rows further back.
+    So the rows with c at least the Nth highest c below the change (counting rows, not values;
+    ties on it all included), and every row above, are what a step must read. A row read that
+    changes sees its whole frame; one that does not is evaluated the same way before and after
+    the step (a frame cut at the same place, over rows that did not change), so it nets out.
+    A changed row with a NULL c (NULLs come first), or fewer than N rows below the change,
+    means the whole partition. None for any other block (ranks and NTILE count rows from the
+    partition's start; a running or UNBOUNDED frame).
+    """
+    order: Optional[exp.Expression] = None
+    partition: Optional[List[str]] = None
+    following = preceding = 0
+    for window in windows_of(select):
+        ordering = window.args.get("order")
+        if ordering is None or not ordering.expressions:
+            return None
+        first = ordering.expressions[0]
+        if first.args.get("desc") or not first.args.get("nulls_first"):
+            return None
+        if order is None:
+            order = first.this
+        elif first.this != order:
+            return None
+        keys = sorted(key.sql() for key in window.args.get("partition_by") or [])
+        if partition is None:
+            partition = keys
+        elif keys != partition:
+            return None
+        reach = _rows_of(window)
+        if reach is None:
+            return None
+        following, preceding = max(following, reach[0]), max(preceding, reach[1])
+    if not isinstance(order, exp.Column):
+        return None
+    return order, max(following + preceding, 1)
+
+
+def _rows_of(window: exp.Window) -> Optional[Tuple[int, int]]:
+    """The rows a window's frame reaches after and before the current one (LAG/LEAD: offset)."""
+    name = window_name(window)
+    call = window.this
+    if name in ("lag", "lead"):
+        offset = call.args.get("offset")
+        if offset is not None and not _is_integer(offset):
+            return None
+        rows = 1 if offset is None else int(offset.name)
+        return (rows, 0) if name == "lead" else (0, rows)
+    spec = window.args.get("spec")
+    if (
+        name not in _WHOLE_PARTITION_AGGREGATES + _VALUES_OF_ROWS
+        or not _rows_frame(window)
+        or spec.args.get("exclude")
+    ):
+        return None
+    offsets: List[int] = []
+    for bound, side in (("start", "start_side"), ("end", "end_side")):
+        value, direction = spec.args.get(bound), str(spec.args.get(side) or "").lower()
+        if value is None or isinstance(value, str):  # CURRENT ROW, or UNBOUNDED (no reach)
+            if value is not None and value.upper() != "CURRENT ROW":
+                return None
+            offsets.append(0)
+            continue
+        if not _is_integer(value):
+            return None
+        offsets.append(-int(value.name) if direction == "preceding" else int(value.name))
+    start, end = offsets
+    return max(end, 0), max(-start, 0)
 
 
 def reach_predicate(order: exp.Expression, at_least: exp.Expression) -> exp.Expression:

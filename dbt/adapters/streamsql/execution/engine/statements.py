@@ -134,12 +134,12 @@ def bound_predicate(bound: KeyBound, text: Optional[str], data_type: str) -> str
     """The predicate that replaces a bound's placeholder.
 
     `true` for a type without literals (no bound); `false` when the change holds no value (the
-    term then has no rows anyway).
+    term then has no rows anyway), `true` for a bound open when NULL.
     """
     if data_type != "timestamp" and not _BOUNDED_TYPE.match(data_type):
         return "true"
     if text is None:
-        return "false"
+        return "true" if bound.open_when_null else "false"
     if data_type == "timestamp":
         literal = f"timestamp_micros({int(text)})"
     else:

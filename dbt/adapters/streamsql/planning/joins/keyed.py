@@ -58,7 +58,7 @@ from dbt.adapters.streamsql.planning.terms import (
     is_constant,
     weight_literal,
 )
-from dbt.adapters.streamsql.planning.windows import reach_predicate
+from dbt.adapters.streamsql.planning.windows import LOWEST
 
 
 def restricted_terms(
@@ -219,7 +219,7 @@ def _semi_join(
     left_keys: Sequence[exp.Expression],
     changed_keys: exp.Query,
     alias: str,
-    reach: Sequence[exp.Expression] = (),
+    reach: Optional[exp.Expression] = None,
 ) -> exp.Join:
     condition = exp.and_(
         *(
@@ -227,14 +227,12 @@ def _semi_join(
             for j, left in enumerate(left_keys)
         )
     )
-    if reach:  # from the partition's lowest changed ORDER BY value minus the frame, on
-        order, lowest = reach
-        lowest = lowest.copy()
-        for column in list(lowest.find_all(exp.Column)):
-            column.set("table", exp.to_identifier(alias))
-        condition = exp.and_(
-            condition, reach_predicate(order, exp.GTE(this=order.copy(), expression=lowest))
-        )
+    if reach is not None:  # e.g. from the partition's lowest changed ORDER BY value on
+        reach = reach.copy()
+        for column in list(reach.find_all(exp.Column)):
+            if column.name == LOWEST:
+                column.set("table", exp.to_identifier(alias))
+        condition = exp.and_(condition, reach)
     keys = exp.Subquery(
         this=changed_keys.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))
     )
