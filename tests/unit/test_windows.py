@@ -440,3 +440,21 @@ def test_rows_frames_and_lag_read_from_the_nth_value_below_the_change(windows_sq
 def test_rows_reach_needs_one_order_one_partition_and_bounded_frames(windows_sql):
     select = parse(f"select id, {windows_sql} from demo.events")
     assert rows_reach(select) is None
+
+
+def test_rows_reach_applies_to_input_and_cte_columns_not_to_a_stages():
+    # a CTE over an input: the bound reaches the input's files through it
+    step = plan_named(
+        "with e as (select * from demo.events where id > 0) select e.id, lag(e.id) over "
+        "(partition by e.status order by e.updated_at) as p from e"
+    )
+    assert step.reason.endswith("window per partition (lag) from the change's reach")
+    assert any(b.open_when_null for b in step.bounds)
+    # over an aggregate (a stage, a view over its state: no files to skip), as Nexmark q6
+    step = plan_named(
+        "select q.g, q.k, avg(q.n) over (partition by q.g order by q.mx, q.k rows between 2 "
+        "preceding and current row) as a from (select status as g, id as k, count(*) as n, "
+        "max(updated_at) as mx from demo.events group by status, id) q"
+    )
+    assert "window per partition (avg);" in step.reason, step.reason
+    assert not any(b.open_when_null for b in step.bounds)

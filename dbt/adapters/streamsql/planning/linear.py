@@ -73,11 +73,13 @@ class DeltaBuilder:
     """Builds deltas and records which constructs it met (for the plan's reason).
 
     `bounds` collects the key bounds of the terms it renders (bounds.py), named with
-    `bound_prefix` so that the plans of one step (stages, top) never share a name.
+    `bound_prefix` so that the plans of one step (stages, top) never share a name. Input
+    positions from `stages_from` on are stages (views over state, no files to skip by a bound).
     """
 
     constructs: Set[str] = field(default_factory=set)
     bound_prefix: str = ""
+    stages_from: Optional[int] = None
     bounds: Dict[str, KeyBound] = field(default_factory=dict)
     newest: bool = False  # inner joins over new versions only (joins/inner.py)
     signed: bool = False  # set when a term has a negative weight for inserted rows
@@ -129,14 +131,16 @@ class DeltaBuilder:
         before the step reads (windows.rows_reach).
         """
         reach = range_reach(select)
+        sources = self.block_sources(select)
         rows = rows_reach(select) if reach is None else None
+        if rows is not None and not self._of_a_table(rows[0], sources):
+            rows = None  # a stage's column: no files to skip, and one more pass over the stage
         if has_rank_filter(select):
             self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
         else:
             names = ", ".join(dict.fromkeys(window_name(w) for w in windows_of(select)))
             within = f" {REACH}" if reach is not None or rows is not None else ""
             self.constructs.add(f"{WINDOWS} ({names}){within}")
-        sources = self.block_sources(select)
         keys = partition_keys(select)
         terms = self.block_terms(sources)
         if not terms:
@@ -233,6 +237,19 @@ class DeltaBuilder:
         )
         bound = KeyBound("", order.sql(DIALECT), AT_LEAST, value, open_when_null=True)
         return exp.column(self.name_bound(bound))
+
+    def _of_a_table(self, column: exp.Column, sources: Sequence[Source]) -> bool:
+        """Whether `column` is read from an input table of the model or a derived table over
+        them (a CTE; Spark pushes a bound on it down to the tables' files where it can), not
+        from a stage (its rows are a view over its state: no files to skip)."""
+        for source in sources:
+            if source.alias != column.table:
+                continue
+            position = bound_input(source.node)
+            if position is None:
+                return isinstance(source.node, exp.Subquery)
+            return self.stages_from is None or position < self.stages_from
+        return False
 
     def block_sources(self, select: exp.Select) -> List[Source]:
         """The FROM clause of a block as sources; rejects joins without a delta rule."""

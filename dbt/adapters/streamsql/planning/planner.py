@@ -125,7 +125,8 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
     readable = tuple(inputs) + tuple(InputTable(s.name, s.columns) for s in stages)
     stage_note = _stage_note(stages)
     if limit is None and _is_aggregate(tree):
-        result = AggregatePlanner(TypeOracle(readable)).plan(tree, output_columns)
+        planner = AggregatePlanner(TypeOracle(readable), stages_from=len(inputs))
+        result = planner.plan(tree, output_columns)
         return StepPlan(
             strategy="aggregate",
             reason=result.reason + stage_note,
@@ -135,7 +136,7 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
             stages=stages,
         )
     _name_outputs(tree, [c.name for c in output_columns])
-    builder = DeltaBuilder()
+    builder = DeltaBuilder(stages_from=len(inputs))
     change = builder.query_delta(tree).sql(DIALECT)
     builder.newest = True
     later = builder.query_delta(tree).sql(DIALECT)
@@ -174,7 +175,9 @@ def _plan_stages(
     for number, stage in enumerate(lifted):
         name = f"stage{number}"
         columns = _stage_columns(stage, lifted, describe)
-        planner = AggregatePlanner(TypeOracle(readable), bound_prefix=f"{name}_")
+        planner = AggregatePlanner(
+            TypeOracle(readable), bound_prefix=f"{name}_", stages_from=len(inputs)
+        )
         result = planner.plan(stage.query.copy(), columns)
         planned.append(
             StagePlan(

@@ -44,9 +44,11 @@ class AggregateResult:
 class AggregatePlanner:
     """Plans one aggregate model; see the package's docstring for the state it keeps."""
 
-    def __init__(self, oracle: TypeOracle, bound_prefix: str = ""):
+    def __init__(
+        self, oracle: TypeOracle, bound_prefix: str = "", stages_from: Optional[int] = None
+    ):
         self._oracle = oracle
-        self._builder = DeltaBuilder(bound_prefix=bound_prefix)
+        self._builder = DeltaBuilder(bound_prefix=bound_prefix, stages_from=stages_from)
         self.shapes: List[str] = []  # the block's shape, as the reason says it ("distinct", ...)
 
     def plan(self, tree: exp.Query, output_columns: Sequence[Column]) -> AggregateResult:
