@@ -66,12 +66,19 @@ MOVING_ROWS_SQL = (
     "preceding and current row) as avg_10, value - lag(value) over (partition by device order by "
     "ts) as since_last from {src}"
 )
+# Each device's running total and count of readings (running windows): a step reads each
+# touched device's readings below its first new one as one aggregate (windows.running_reach).
+RUNNING_SQL = (
+    "select id, device, ts, sum(value) over (partition by device order by ts) as total, "
+    "count(*) over (partition by device order by ts) as readings from {src}"
+)
 # kind -> (view model, table twin, query); `--pairs` picks some
 ALL_PAIRS = {
     "filter": ("filter_view", "filter_rebuild", FILTER_SQL),
     "group by": ("group_view", "group_rebuild", GROUP_SQL),
     "moving window": ("moving_view", "moving_rebuild", MOVING_SQL),
     "moving rows": ("moving_rows_view", "moving_rows_rebuild", MOVING_ROWS_SQL),
+    "running": ("running_view", "running_rebuild", RUNNING_SQL),
 }
 DEFAULT_PAIRS = "filter,group by"
 # model name -> (materialization, query); each incremental view has a `table` twin.

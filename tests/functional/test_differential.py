@@ -283,6 +283,13 @@ MODELS: Dict[str, tuple] = {
         f"following) as c from {FACTS}",
         "linear",
     ),
+    "lin_running": (  # running COUNT/SUM/MIN/MAX: the prefix below the change aggregated
+        f"select rid, g, ts, sum(n) over (partition by g order by ts) as run_n, sum(v) over "
+        f"(partition by g order by ts) as run_v, count(*) over (partition by g order by ts, rid, "
+        f"n, v rows between unbounded preceding and current row) as c, max(v) over (partition by "
+        f"g order by ts) as mx, min(k) over (partition by g order by ts) as mn from {FACTS}",
+        "linear",
+    ),
     "lin_window_over_aggregate": (  # the aggregate a stage, not the top (as Nexmark q6)
         f"select q.g, q.k, avg(q.n) over (partition by q.g order by q.mx, q.k rows between 2 "
         f"preceding and current row) as a from (select g, k, count(*) as n, max(rid) as mx "

@@ -107,6 +107,11 @@ LINEAR = [
     "current row) as m, count(*) over (partition by k) as c from demo.t",
     "select id, k, lag(n, 1, -1) over (partition by k order by ts, id, n, v) as p, "
     "lead(v) over (partition by k order by ts, id, n, v) as nx from demo.t",
+    # running COUNT/SUM/MIN/MAX: the prefix below each partition's change as an aggregate
+    "select id, k, sum(n) over (partition by k order by ts) as sn, sum(v) over (partition by k "
+    "order by ts) as sv, count(v) over (partition by k order by ts) as cv, min(s) over "
+    "(partition by k order by ts) as mn, max(v) over (partition by k order by ts, id, v rows "
+    "between unbounded preceding and current row) as mx from demo.t",
     # bounded ROWS frames and LAG/LEAD: read from the Nth ts below each partition's change
     "select id, k, n, avg(v) over (partition by k order by ts, id, n, v rows between 3 "
     "preceding and 1 following) as a, lead(n, 2) over (partition by k order by ts, id, n, v) "
@@ -423,7 +428,14 @@ ROWS_REACH = (
 )
 
 
-def test_rows_frames_read_from_the_nth_row_below_the_change_on(spark, monkeypatch):
+RUNNING = (
+    "select id, k, sum(n) over (partition by k order by ts) as sn, count(*) over (partition by "
+    "k order by ts) as c, min(v) over (partition by k order by ts) as mn, max(s) over "
+    "(partition by k order by ts) as mx from demo.t"
+)
+
+
+def test_rows_and_running_frames_read_from_the_change_on(spark, monkeypatch):
     # Readings of two partitions a minute apart (ties on ts among them), then a step that
     # appends, updates and deletes near the end: the key bound is a literal below which
     # Delta skips files, and the change is still exact. A changed row with a NULL ts, or a
@@ -441,6 +453,8 @@ def test_rows_frames_read_from_the_nth_row_below_the_change_on(spark, monkeypatc
     updated = [r if r[0] != 36 else r[:6] + (99,) for r in kept]  # changed in place
     plan = plan_step(ROWS_REACH, INPUTS, output_columns(spark, ROWS_REACH))
     assert plan.reason.endswith("from the change's reach"), plan.reason
+    running = plan_step(RUNNING, INPUTS, output_columns(spark, RUNNING))
+    assert running.reason.endswith("from the change's reach"), running.reason
     bound = plan.bounds[-1]
     u = [random_u_row(random.Random(1))]
     for new, bounded in (
@@ -454,6 +468,12 @@ def test_rows_frames_read_from_the_nth_row_below_the_change_on(spark, monkeypatc
         check_change(spark, ROWS_REACH, plan, (old, u), (new, u))
         if bounded:  # the literal itself: partition 0's 5th reading (ties counted) below 00:18
             assert predicate == "(t.ts >= timestamp_micros(1704067980000000))", predicate
+        # running windows over the same steps: the prefix below 00:18 aggregated, the rest
+        # evaluated from 00:18 on (the change's lowest ts, the literal), or the whole partition
+        predicate = with_bounds(spark, running.bounds[-1].name, [running.bounds[-1]])
+        literal = "(t.ts >= timestamp_micros(1704068280000000))"  # 00:18
+        assert (predicate == literal) == bounded, predicate
+        check_change(spark, RUNNING, running, (old, u), (new, u))
 
 
 @pytest.mark.parametrize("sql", AGGREGATE)

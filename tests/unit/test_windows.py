@@ -352,9 +352,9 @@ def test_bounded_range_frames_read_each_touched_partition_from_the_changes_reach
 @pytest.mark.parametrize(
     "frame",
     [
-        "order by updated_at",  # running: from the partition's start
         "order by updated_at range between interval 1 hour preceding and unbounded following",
-        "order by updated_at rows between unbounded preceding and current row",
+        "order by updated_at rows between unbounded preceding and 1 following",
+        "order by updated_at nulls last",  # running, NULLs last
         "order by updated_at nulls last rows between 2 preceding and current row",
         "order by id + 1 rows between 2 preceding and current row",  # no literal bound
         "order by updated_at desc range between interval 1 hour preceding and current row",
@@ -458,3 +458,63 @@ def test_rows_reach_applies_to_input_and_cte_columns_not_to_a_stages():
     )
     assert "window per partition (avg);" in step.reason, step.reason
     assert not any(b.open_when_null for b in step.bounds)
+
+
+def test_running_windows_read_the_prefix_as_an_aggregate_and_the_rest_as_windows():
+    step = plan_named(
+        "select id, sum(id) over (partition by status order by updated_at) as run, count(*) "
+        "over (partition by status order by updated_at rows between unbounded preceding and "
+        "current row) as n, max(updated_at) over (partition by status order by updated_at) "
+        "as mx from demo.events"
+    )
+    assert step.reason == (
+        "fast path: window per partition (sum, count, max) from the change's reach"
+    )
+    change = step.change_sql
+    # each window: its aggregate over the rows below the change, combined with the rest
+    assert (
+        "(COALESCE(_streamsql_keys_1._streamsql_p0 + SUM(events.id) OVER (PARTITION BY "
+        "events.status ORDER BY events.updated_at), _streamsql_keys_1._streamsql_p0, "
+        "SUM(events.id) OVER (PARTITION BY events.status ORDER BY events.updated_at))) AS run"
+    ) in change
+    assert "(COALESCE(_streamsql_keys_1._streamsql_p1, 0) + COUNT(*) OVER" in change
+    assert "(GREATEST(_streamsql_keys_1._streamsql_p2, MAX(events.updated_at) OVER" in change
+    # the prefix: the rows below each partition's lowest changed value, NULL-ordered ones too,
+    # none where that value is NULL (the partition is read whole)
+    assert (
+        "SUM(_streamsql_x0) AS _streamsql_p0, COUNT(*) AS _streamsql_p1, MAX(_streamsql_x2) AS "
+        "_streamsql_p2"
+    ) in change
+    assert (
+        "(NOT _streamsql_keys_1._streamsql_lo IS NULL AND (events.updated_at < "
+        "_streamsql_keys_1._streamsql_lo OR events.updated_at IS NULL))"
+    ) in change
+    # the rest: joined (one row per changed key), from the lowest changed value on
+    assert (
+        "AS _streamsql_keys_1 ON events.status IS NOT DISTINCT FROM _streamsql_keys_1.k0 AND "
+        "(_streamsql_keys_1._streamsql_lo IS NULL OR events.updated_at >= "
+        "_streamsql_keys_1._streamsql_lo) WHERE"
+    ) in change
+    bound = [b for b in step.bounds if b.column == "events.updated_at"]
+    assert len(bound) == 1 and bound[0].open_when_null
+    assert "__streamsql_new_0__" not in bound[0].value  # from the change alone
+
+
+@pytest.mark.parametrize(
+    "windows_sql, reach",
+    [
+        ("avg(id) over (partition by status order by updated_at)", False),  # AVG: left out
+        ("sum(id) filter (where id > 0) over (partition by status order by updated_at)", False),
+        (
+            "sum(id) over (partition by status order by updated_at), lag(id) over (partition "
+            "by status order by updated_at)",
+            False,  # mixed with a ROWS reach
+        ),
+        ("min(attrs['a']) over (partition by status order by updated_at)", True),
+        ("sum(id * 2 + 1) over (partition by status order by updated_at)", True),
+        ("sum(cast(id as double)) over (partition by status order by updated_at)", False),
+    ],
+)
+def test_running_reach_takes_count_sum_of_exact_numbers_min_and_max(windows_sql, reach):
+    step = plan_named(f"select id, {windows_sql} as w from demo.events")
+    assert step.reason.endswith("from the change's reach") == reach, step.reason

@@ -51,14 +51,17 @@ from dbt.adapters.streamsql.planning.terms import (
     union_all,
     weight_literal,
 )
+from dbt.adapters.streamsql.planning.types import TypeOracle
 from dbt.adapters.streamsql.planning.windows import (
     LOWEST,
+    combine_running,
     has_rank_filter,
     partition_keys,
     range_reach,
     ranking_names,
     reach_predicate,
     rows_reach,
+    running_reach,
     window_name,
     windows_of,
 )
@@ -80,6 +83,7 @@ class DeltaBuilder:
     constructs: Set[str] = field(default_factory=set)
     bound_prefix: str = ""
     stages_from: Optional[int] = None
+    oracle: Optional[TypeOracle] = None  # types of the tree's expressions (running windows)
     bounds: Dict[str, KeyBound] = field(default_factory=dict)
     newest: bool = False  # inner joins over new versions only (joins/inner.py)
     signed: bool = False  # set when a term has a negative weight for inserted rows
@@ -135,11 +139,14 @@ class DeltaBuilder:
         rows = rows_reach(select) if reach is None else None
         if rows is not None and not self._of_a_table(rows[0], sources):
             rows = None  # a stage's column: no files to skip, and one more pass over the stage
+        running = None
+        if reach is None and rows is None and not has_rank_filter(select):
+            running = running_reach(select, self.oracle)
         if has_rank_filter(select):
             self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
         else:
             names = ", ".join(dict.fromkeys(window_name(w) for w in windows_of(select)))
-            within = f" {REACH}" if reach is not None or rows is not None else ""
+            within = f" {REACH}" if (reach or rows or running) is not None else ""
             self.constructs.add(f"{WINDOWS} ({names}){within}")
         keys = partition_keys(select)
         terms = self.block_terms(sources)
@@ -149,7 +156,7 @@ class DeltaBuilder:
         names = [f"k{j}" for j in range(len(keys))]
         below = select.copy()
         projections = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
-        order = reach[0] if reach is not None else rows[0] if rows is not None else None
+        order = next((r[0] for r in (reach, rows, running) if r is not None), None)
         if order is not None:
             projections.append(exp.alias_(order.copy(), LOWEST))
         branches = [render_block(self, below, sources, term, projections) for term in terms]
@@ -163,8 +170,21 @@ class DeltaBuilder:
             predicate = reach_predicate(reach[0], exp.GTE(this=order.copy(), expression=reach[1]))
         if rows is not None:
             bounds.append(self._rows_bound(below, sources, branches, keys, rows))
+        joined = False
+        if running is not None:
+            select, changed, predicate, basic = self._running(
+                select, sources, branches, keys, running
+            )
+            joined = True
+            if self._of_a_table(running[0], sources):
+                bounds.append(self._running_bound(basic, running[0]))
         restriction = KeyRestriction(
-            len(sources), changed, tuple(keys), bounds=tuple(bounds), reach=predicate
+            len(sources),
+            changed,
+            tuple(keys),
+            bounds=tuple(bounds),
+            reach=predicate,
+            joined=joined,
         )
         count = len(sources)
         return union_all(
@@ -177,6 +197,99 @@ class DeltaBuilder:
                 ),
             ]
         )
+
+    def _running(self, select, sources, branches, keys, running):
+        """A block of running windows (windows.running_reach) evaluated from each touched
+        partition's lowest changed c on: the changed keys with their lowest c (NULL: the whole
+        partition) and each window's aggregate over the partition's rows below it at the new
+        version (the same at the old), joined to the block, whose windows combine it with their
+        value over the rest. Returns the block, the changed keys and the rows' predicate."""
+        order, windows = running
+        count = len(sources)
+        names = [f"k{j}" for j in range(len(keys))]
+        basic = distinct_keys(branches, names, LOWEST, null_wins=True)
+        lowest = exp.column(LOWEST)
+        below_change = exp.and_(
+            exp.Not(this=exp.Is(this=lowest.copy(), expression=exp.Null())),
+            exp.paren(
+                exp.or_(
+                    exp.LT(this=order.copy(), expression=lowest.copy()),
+                    exp.Is(this=order.copy(), expression=exp.Null()),
+                ),
+                copy=False,
+            ),
+        )
+        lower = KeyRestriction(count, basic, tuple(keys), reach=below_change)
+        projections = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
+        aggregates: List[exp.Expression] = []
+        for i, (_, call, _) in enumerate(windows):
+            prefix = call.copy()
+            if not isinstance(call.this, exp.Star):
+                projections.append(exp.alias_(call.this.copy(), f"_streamsql_x{i}"))
+                prefix.set("this", exp.column(f"_streamsql_x{i}"))
+            aggregates.append(exp.alias_(prefix, f"_streamsql_p{i}"))
+        term = Term((NEW,) * count, weight_literal(1), (lower,))
+        rows = render_block(self, select.copy(), sources, term, projections)
+        prefix = exp.Select(
+            expressions=[exp.column(n) for n in names] + aggregates,
+            from_=exp.From(
+                this=exp.Subquery(
+                    this=rows, alias=exp.TableAlias(this=exp.to_identifier("_streamsql_below"))
+                )
+            ),
+            group=exp.Group(expressions=[exp.column(n) for n in names]),
+        )
+        on = exp.and_(
+            *(
+                exp.NullSafeEQ(
+                    this=exp.column(n, table="_streamsql_c"),
+                    expression=exp.column(n, table="_streamsql_p"),
+                )
+                for n in names
+            )
+        )
+        changed = exp.Select(
+            expressions=[exp.column(n, table="_streamsql_c") for n in names]
+            + [exp.column(LOWEST, table="_streamsql_c")]
+            + [exp.column(f"_streamsql_p{i}", table="_streamsql_p") for i in range(len(windows))],
+            from_=exp.From(
+                this=exp.Subquery(
+                    this=basic, alias=exp.TableAlias(this=exp.to_identifier("_streamsql_c"))
+                )
+            ),
+            joins=[
+                exp.Join(
+                    this=exp.Subquery(
+                        this=prefix, alias=exp.TableAlias(this=exp.to_identifier("_streamsql_p"))
+                    ),
+                    side="LEFT",
+                    on=on,
+                )
+            ],
+        )
+        block = select.copy()
+        alias = f"_streamsql_keys_{count}"
+        for i, ((_, call, cast), found) in enumerate(zip(windows, windows_of(block))):
+            value = exp.column(f"_streamsql_p{i}", table=alias)
+            found.replace(combine_running(call, value, found.copy(), cast))
+        predicate = exp.paren(
+            exp.or_(
+                exp.Is(this=lowest.copy(), expression=exp.Null()),
+                exp.GTE(this=order.copy(), expression=lowest.copy()),
+            ),
+            copy=False,
+        )
+        return block, changed, predicate, basic
+
+    def _running_bound(self, changed: exp.Select, order: exp.Column) -> exp.Expression:
+        """`c >= <the change's lowest c>`, `true` when a changed row's c is NULL (its partition
+        is read whole): Delta skips the files below every touched partition's change."""
+        value = (
+            "(SELECT CASE WHEN COUNT(*) = COUNT(_streamsql_lo) THEN MIN(_streamsql_lo) END "
+            f"FROM ({changed.sql(DIALECT)}) AS _streamsql_r)"
+        )
+        bound = KeyBound("", order.sql(DIALECT), AT_LEAST, value, open_when_null=True)
+        return exp.column(self.name_bound(bound))
 
     def _reach_bound(self, sources, terms, reach, equalities) -> List[exp.Expression]:
         """A literal lower bound on a bounded RANGE frame's ORDER BY column (the change's lowest

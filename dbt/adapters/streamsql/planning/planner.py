@@ -136,7 +136,7 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
             stages=stages,
         )
     _name_outputs(tree, [c.name for c in output_columns])
-    builder = DeltaBuilder(stages_from=len(inputs))
+    builder = DeltaBuilder(stages_from=len(inputs), oracle=TypeOracle(readable))
     change = builder.query_delta(tree).sql(DIALECT)
     builder.newest = True
     later = builder.query_delta(tree).sql(DIALECT)

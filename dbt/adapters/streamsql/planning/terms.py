@@ -61,6 +61,9 @@ class KeyRestriction:
     # the semi join also holds: a window block's rows from the change's reach
     # (windows.range_reach), or those below it (windows.rows_reach)
     reach: Optional[exp.Expression] = None
+    # an inner join instead of the semi join (the changed keys are distinct): the block reads
+    # the changed keys' other columns (a running window's prefix, linear.py)
+    joined: bool = False
 
 
 @dataclass(frozen=True)

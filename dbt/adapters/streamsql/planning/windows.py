@@ -43,7 +43,13 @@ from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.bounds import conjuncts
 from dbt.adapters.streamsql.planning.calls import contains_aggregate, function_name
-from dbt.adapters.streamsql.planning.types import TypeOracle
+from dbt.adapters.streamsql.planning.types import (
+    DECIMAL,
+    INTEGRAL,
+    TypeOracle,
+    numeric_kind_of_type,
+    sum_type,
+)
 
 RANKS = ("row_number", "rank", "dense_rank")
 # Window functions the partition restriction keeps exact: their value is a function of the
@@ -273,6 +279,95 @@ def rows_reach(select: exp.Select) -> Optional[Tuple[exp.Column, int]]:
     if not isinstance(order, exp.Column):
         return None
     return order, max(following + preceding, 1)
+
+
+def running_reach(
+    select: exp.Select, oracle: Optional[TypeOracle]
+) -> Optional[Tuple[exp.Column, List[Tuple[exp.Window, exp.Expression, str]]]]:
+    """For a block whose every window is a running COUNT, SUM (of integers or decimals), MIN or
+    MAX (a frame from UNBOUNDED PRECEDING to the current row, the default with an ORDER BY), all
+    partitioned alike and first ordered by one column c ascending with NULLs first: c and, per
+    window, its aggregate over the rows below the change (the prefix) and the SQL type of its
+    value (`` when no CAST is needed).
+
+    Below the partition's lowest changed c no row changes, and a row at or above it is the
+    prefix's aggregate combined with the window over the rows from the lowest changed c on
+    (`combine_running`): a step reads the prefix once, as an aggregate, and evaluates the
+    window over the rest. Fractional SUMs are left out (a sum split in two may round
+    differently) and so is AVG.
+    """
+    order: Optional[exp.Expression] = None
+    partition: Optional[List[str]] = None
+    found: List[Tuple[exp.Window, exp.Expression, str]] = []
+    for window in windows_of(select):
+        ordering = window.args.get("order")
+        call = window.this
+        spec = window.args.get("spec")
+        if ordering is None or not ordering.expressions or not _running_frame(spec):
+            return None
+        first = ordering.expressions[0]
+        if first.args.get("desc") or not first.args.get("nulls_first"):
+            return None
+        if order is None:
+            order = first.this
+        elif first.this != order:
+            return None
+        keys = sorted(key.sql() for key in window.args.get("partition_by") or [])
+        if partition is None:
+            partition = keys
+        elif keys != partition:
+            return None
+        cast = ""
+        if isinstance(call, exp.Sum):
+            kind = oracle.numeric_kind(call.this) if oracle is not None else None
+            data_type = oracle.type_of(call.this) if oracle is not None else None
+            if kind == INTEGRAL or numeric_kind_of_type(data_type) == INTEGRAL:
+                cast = ""
+            elif numeric_kind_of_type(data_type) == DECIMAL:
+                cast = sum_type(data_type, DECIMAL)
+            else:
+                return None
+        elif not isinstance(call, (exp.Count, exp.Min, exp.Max)):
+            return None
+        if isinstance(call.this, exp.Distinct) or call.args.get("expressions"):
+            return None
+        found.append((window, call, cast))
+    if not isinstance(order, exp.Column):
+        return None
+    return order, found
+
+
+def _running_frame(spec: Optional[exp.WindowSpec]) -> bool:
+    """No frame (with an ORDER BY: RANGE from UNBOUNDED PRECEDING to the current row), or that
+    frame written out, as ROWS or RANGE."""
+    if spec is None:
+        return True
+    start, end = spec.args.get("start"), spec.args.get("end")
+    return (
+        not spec.args.get("exclude")
+        and isinstance(start, str)
+        and start.upper() == "UNBOUNDED"
+        and str(spec.args.get("start_side") or "").lower() == "preceding"
+        and (end is None or (isinstance(end, str) and end.upper() == "CURRENT ROW"))
+    )
+
+
+def combine_running(
+    call: exp.Expression, prefix: exp.Expression, window: exp.Expression, cast: str
+) -> exp.Expression:
+    """A running aggregate's value from its prefix's aggregate and its window over the rest."""
+    if isinstance(call, exp.Count):
+        value: exp.Expression = exp.Add(
+            this=exp.func("coalesce", prefix, exp.Literal.number(0)), expression=window
+        )
+    elif isinstance(call, exp.Sum):  # NULL only when both are: no value in the frame
+        both = exp.Add(this=prefix.copy(), expression=window.copy())
+        value = exp.func("coalesce", both, prefix, window)
+    else:  # LEAST and GREATEST skip NULLs
+        value = exp.func("least" if isinstance(call, exp.Min) else "greatest", prefix, window)
+    if cast:
+        value = exp.Cast(this=value, to=exp.DataType.build(cast, dialect="spark"))
+    return exp.paren(value, copy=False)
 
 
 def _rows_of(window: exp.Window) -> Optional[Tuple[int, int]]:

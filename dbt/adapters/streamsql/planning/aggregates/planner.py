@@ -48,7 +48,9 @@ class AggregatePlanner:
         self, oracle: TypeOracle, bound_prefix: str = "", stages_from: Optional[int] = None
     ):
         self._oracle = oracle
-        self._builder = DeltaBuilder(bound_prefix=bound_prefix, stages_from=stages_from)
+        self._builder = DeltaBuilder(
+            bound_prefix=bound_prefix, stages_from=stages_from, oracle=oracle
+        )
         self.shapes: List[str] = []  # the block's shape, as the reason says it ("distinct", ...)
 
     def plan(self, tree: exp.Query, output_columns: Sequence[Column]) -> AggregateResult:

@@ -210,6 +210,7 @@ def render_from(
                     restriction.changed_keys,
                     f"_streamsql_keys_{restriction.position}",
                     restriction.reach,
+                    restriction.joined,
                 )
             )
     return from_, joins
@@ -220,6 +221,7 @@ def _semi_join(
     changed_keys: exp.Query,
     alias: str,
     reach: Optional[exp.Expression] = None,
+    joined: bool = False,
 ) -> exp.Join:
     condition = exp.and_(
         *(
@@ -236,6 +238,8 @@ def _semi_join(
     keys = exp.Subquery(
         this=changed_keys.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))
     )
+    if joined:
+        return exp.Join(this=keys, on=condition)
     return exp.Join(this=keys, side="LEFT", kind="SEMI", on=condition)
 
 
