@@ -253,9 +253,23 @@ def rows_reach(select: exp.Select) -> Optional[Tuple[exp.Column, int]]:
     means the whole partition. None for any other block (ranks and NTILE count rows from the
     partition's start; a running or UNBOUNDED frame).
     """
+    order = _ordered_alike(select)
+    following = preceding = 0
+    for window in windows_of(select):
+        reach = _rows_of(window)
+        if reach is None:
+            return None
+        following, preceding = max(following, reach[0]), max(preceding, reach[1])
+    if order is None:
+        return None
+    return order, max(following + preceding, 1)
+
+
+def _ordered_alike(select: exp.Select) -> Optional[exp.Column]:
+    """The column c every window of the block is first ordered by, ascending with NULLs first,
+    all partitioned alike (the reaches of `rows_reach` and `running_reach`); None if none."""
     order: Optional[exp.Expression] = None
     partition: Optional[List[str]] = None
-    following = preceding = 0
     for window in windows_of(select):
         ordering = window.args.get("order")
         if ordering is None or not ordering.expressions:
@@ -272,13 +286,7 @@ def rows_reach(select: exp.Select) -> Optional[Tuple[exp.Column, int]]:
             partition = keys
         elif keys != partition:
             return None
-        reach = _rows_of(window)
-        if reach is None:
-            return None
-        following, preceding = max(following, reach[0]), max(preceding, reach[1])
-    if not isinstance(order, exp.Column):
-        return None
-    return order, max(following + preceding, 1)
+    return order if isinstance(order, exp.Column) else None
 
 
 def running_reach(
@@ -296,43 +304,28 @@ def running_reach(
     window over the rest. Fractional SUMs are left out (a sum split in two may round
     differently) and so is AVG.
     """
-    order: Optional[exp.Expression] = None
-    partition: Optional[List[str]] = None
+    order = _ordered_alike(select)
     found: List[Tuple[exp.Window, exp.Expression, str]] = []
     for window in windows_of(select):
-        ordering = window.args.get("order")
         call = window.this
-        spec = window.args.get("spec")
-        if ordering is None or not ordering.expressions or not _running_frame(spec):
-            return None
-        first = ordering.expressions[0]
-        if first.args.get("desc") or not first.args.get("nulls_first"):
-            return None
-        if order is None:
-            order = first.this
-        elif first.this != order:
-            return None
-        keys = sorted(key.sql() for key in window.args.get("partition_by") or [])
-        if partition is None:
-            partition = keys
-        elif keys != partition:
+        if not _running_frame(window.args.get("spec")):
             return None
         cast = ""
-        if isinstance(call, exp.Sum):
-            kind = oracle.numeric_kind(call.this) if oracle is not None else None
+        if isinstance(call, exp.Sum):  # of integers (BIGINT), or of decimals of a known type
             data_type = oracle.type_of(call.this) if oracle is not None else None
-            if kind == INTEGRAL or numeric_kind_of_type(data_type) == INTEGRAL:
-                cast = ""
-            elif numeric_kind_of_type(data_type) == DECIMAL:
+            kind = numeric_kind_of_type(data_type)
+            if kind is None and oracle is not None:
+                kind = oracle.numeric_kind(call.this)
+            if kind == DECIMAL and data_type:
                 cast = sum_type(data_type, DECIMAL)
-            else:
+            elif kind != INTEGRAL:
                 return None
         elif not isinstance(call, (exp.Count, exp.Min, exp.Max)):
             return None
         if isinstance(call.this, exp.Distinct) or call.args.get("expressions"):
             return None
         found.append((window, call, cast))
-    if not isinstance(order, exp.Column):
+    if order is None:
         return None
     return order, found
 
