@@ -518,3 +518,13 @@ def test_running_windows_read_the_prefix_as_an_aggregate_and_the_rest_as_windows
 def test_running_reach_takes_count_sum_of_exact_numbers_min_and_max(windows_sql, reach):
     step = plan_named(f"select id, {windows_sql} as w from demo.events")
     assert step.reason.endswith("from the change's reach") == reach, step.reason
+
+
+def test_running_windows_over_an_aggregate_read_whole_partitions():
+    step = plan_named(
+        "select q.g, q.k, sum(q.n) over (partition by q.g order by q.mx) as run from (select "
+        "status as g, id as k, count(*) as n, max(updated_at) as mx from demo.events group by "
+        "status, id) q"
+    )
+    assert "window per partition (sum);" in step.reason, step.reason
+    assert "_streamsql_p0" not in step.change_sql

@@ -132,7 +132,9 @@ class DeltaBuilder:
         joins, WHERE); the block over the new inputs restricted to K, +1, and over the old, -1.
         Bounded RANGE frames restrict each partition further, to the change's reach
         (windows.range_reach); bounded ROWS frames and LAG/LEAD, through a key bound computed
-        before the step reads (windows.rows_reach).
+        before the step reads (windows.rows_reach); running windows, to the rows from the
+        change on, with the rows below it as an aggregate (windows.running_reach). The last
+        two only over an input's or a CTE's column, not a stage's.
         """
         reach = range_reach(select)
         sources = self.block_sources(select)
@@ -142,6 +144,8 @@ class DeltaBuilder:
         running = None
         if reach is None and rows is None and not has_rank_filter(select):
             running = running_reach(select, self.oracle)
+        if running is not None and not self._of_a_table(running[0], sources):
+            running = None  # over a stage: its view read twice more for the rows below
         if has_rank_filter(select):
             self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
         else:
@@ -176,8 +180,7 @@ class DeltaBuilder:
                 select, sources, branches, keys, running
             )
             joined = True
-            if self._of_a_table(running[0], sources):
-                bounds.append(self._running_bound(basic, running[0]))
+            bounds.append(self._running_bound(basic, running[0]))
         restriction = KeyRestriction(
             len(sources),
             changed,
@@ -203,7 +206,8 @@ class DeltaBuilder:
         partition's lowest changed c on: the changed keys with their lowest c (NULL: the whole
         partition) and each window's aggregate over the partition's rows below it at the new
         version (the same at the old), joined to the block, whose windows combine it with their
-        value over the rest. Returns the block, the changed keys and the rows' predicate."""
+        value over the rest. Returns the block, the changed keys with those aggregates, the
+        predicate on the block's rows, and the changed keys alone."""
         order, windows = running
         count = len(sources)
         names = [f"k{j}" for j in range(len(keys))]
