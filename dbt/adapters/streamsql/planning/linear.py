@@ -142,15 +142,16 @@ class DeltaBuilder:
         if rows is not None and not self._of_a_table(rows[0], sources):
             rows = None  # a stage's column: no files to skip, and one more pass over the stage
         running = None
-        if reach is None and rows is None and not has_rank_filter(select):
+        if reach is None and rows is None:
             running = running_reach(select, self.oracle)
         if running is not None and not self._of_a_table(running[0], sources):
             running = None  # over a stage: its view read twice more for the rows below
+        reached = next((r for r in (reach, rows, running) if r is not None), None)
         if has_rank_filter(select):
             self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
         else:
             names = ", ".join(dict.fromkeys(window_name(w) for w in windows_of(select)))
-            within = f" {REACH}" if (reach or rows or running) is not None else ""
+            within = f" {REACH}" if reached is not None else ""
             self.constructs.add(f"{WINDOWS} ({names}){within}")
         keys = partition_keys(select)
         terms = self.block_terms(sources)
@@ -160,11 +161,14 @@ class DeltaBuilder:
         names = [f"k{j}" for j in range(len(keys))]
         below = select.copy()
         projections = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
-        order = next((r[0] for r in (reach, rows, running) if r is not None), None)
+        order = reached[0] if reached is not None else None
         if order is not None:
             projections.append(exp.alias_(order.copy(), LOWEST))
         branches = [render_block(self, below, sources, term, projections) for term in terms]
         changed = distinct_keys(branches, names, LOWEST if reach is not None else None)
+        strict = None  # ROWS and running reaches: a NULL lowest value reads the partition whole
+        if rows is not None or running is not None:
+            strict = distinct_keys(branches, names, LOWEST, null_wins=True)
         equalities = equalities_of(sources, select.args.get("where"))
         ranges = key_ranges(sources, terms, keys, equalities)
         bounds = bounds_on(self, sources, keys, ranges, equalities)
@@ -173,21 +177,19 @@ class DeltaBuilder:
             bounds += self._reach_bound(sources, terms, reach, equalities)
             predicate = reach_predicate(reach[0], exp.GTE(this=order.copy(), expression=reach[1]))
         if rows is not None:
-            bounds.append(self._rows_bound(below, sources, branches, keys, rows))
-        joined = False
+            bounds.append(self._rows_bound(below, sources, keys, names, strict, rows))
         if running is not None:
-            select, changed, predicate, basic = self._running(
-                select, sources, branches, keys, running
+            select, changed, predicate = self._running(
+                select, sources, keys, names, strict, running
             )
-            joined = True
-            bounds.append(self._running_bound(basic, running[0]))
+            bounds.append(self._running_bound(strict, running[0]))
         restriction = KeyRestriction(
             len(sources),
             changed,
             tuple(keys),
             bounds=tuple(bounds),
             reach=predicate,
-            joined=joined,
+            joined=running is not None,  # the block reads the prefixes _running joined in
         )
         count = len(sources)
         return union_all(
@@ -201,17 +203,25 @@ class DeltaBuilder:
             ]
         )
 
-    def _running(self, select, sources, branches, keys, running):
+    def _below_change(self, below, sources, keys, names, strict, predicate, projections):
+        """The rows of the block below the windows (`below`) at the new version, in the changed
+        partitions (`strict`, distinct_keys with `null_wins`) and where `predicate` (over
+        their LOWEST) holds, as k0, k1, ... and `projections`: rows below each partition's
+        change, the same at the old version."""
+        lower = KeyRestriction(len(sources), strict, tuple(keys), reach=predicate)
+        columns = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
+        term = Term((NEW,) * len(sources), weight_literal(1), (lower,))
+        return render_block(self, below, sources, term, columns + list(projections))
+
+    def _running(self, select, sources, keys, names, strict, running):
         """A block of running windows (windows.running_reach) evaluated from each touched
         partition's lowest changed c on: the changed keys with their lowest c (NULL: the whole
         partition) and each window's aggregate over the partition's rows below it at the new
         version (the same at the old), joined to the block, whose windows combine it with their
-        value over the rest. Returns the block, the changed keys with those aggregates, the
-        predicate on the block's rows, and the changed keys alone."""
+        value over the rest. Returns the block, the changed keys with those aggregates and the
+        predicate on the block's rows."""
         order, windows = running
         count = len(sources)
-        names = [f"k{j}" for j in range(len(keys))]
-        basic = distinct_keys(branches, names, LOWEST, null_wins=True)
         lowest = exp.column(LOWEST)
         below_change = exp.and_(
             exp.Not(this=exp.Is(this=lowest.copy(), expression=exp.Null())),
@@ -223,8 +233,7 @@ class DeltaBuilder:
                 copy=False,
             ),
         )
-        lower = KeyRestriction(count, basic, tuple(keys), reach=below_change)
-        projections = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
+        projections: List[exp.Expression] = []
         aggregates: List[exp.Expression] = []
         for i, (_, call, _) in enumerate(windows):
             prefix = call.copy()
@@ -232,8 +241,7 @@ class DeltaBuilder:
                 projections.append(exp.alias_(call.this.copy(), f"_streamsql_x{i}"))
                 prefix.set("this", exp.column(f"_streamsql_x{i}"))
             aggregates.append(exp.alias_(prefix, f"_streamsql_p{i}"))
-        term = Term((NEW,) * count, weight_literal(1), (lower,))
-        rows = render_block(self, select.copy(), sources, term, projections)
+        rows = self._below_change(select, sources, keys, names, strict, below_change, projections)
         prefix = exp.Select(
             expressions=[exp.column(n) for n in names] + aggregates,
             from_=exp.From(
@@ -258,7 +266,7 @@ class DeltaBuilder:
             + [exp.column(f"_streamsql_p{i}", table="_streamsql_p") for i in range(len(windows))],
             from_=exp.From(
                 this=exp.Subquery(
-                    this=basic, alias=exp.TableAlias(this=exp.to_identifier("_streamsql_c"))
+                    this=strict, alias=exp.TableAlias(this=exp.to_identifier("_streamsql_c"))
                 )
             ),
             joins=[
@@ -283,7 +291,7 @@ class DeltaBuilder:
             ),
             copy=False,
         )
-        return block, changed, predicate, basic
+        return block, changed, predicate
 
     def _running_bound(self, changed: exp.Select, order: exp.Column) -> exp.Expression:
         """`c >= <the change's lowest c>`, `true` when a changed row's c is NULL (its partition
@@ -313,7 +321,7 @@ class DeltaBuilder:
         # the placeholder stands for the whole `o >= <literal>` (NULLs read as in the semi join)
         return [reach_predicate(order, exp.column(name))]
 
-    def _rows_bound(self, below, sources, branches, keys, rows) -> exp.Expression:
+    def _rows_bound(self, below, sources, keys, names, strict, rows) -> exp.Expression:
         """A key bound `c >= <literal>` holding a block's rows to a ROWS frame's reach: the
         lowest, over the touched partitions, of the Nth highest c below the partition's first
         change (windows.rows_reach); `true` when a partition is read whole.
@@ -324,18 +332,11 @@ class DeltaBuilder:
         one value serves the new and the old evaluation, and a lower one would only read more.
         """
         order, back = rows
-        names = [f"k{j}" for j in range(len(keys))]
-        changed = distinct_keys(branches, names, LOWEST, null_wins=True)
-        lower = KeyRestriction(
-            len(sources),
-            changed,
-            tuple(keys),
-            reach=exp.LT(this=order.copy(), expression=exp.column(LOWEST)),
-        )
-        projections = [exp.alias_(key.copy(), name) for key, name in zip(keys, names)]
-        projections.append(exp.alias_(order.copy(), "_streamsql_v"))
-        term = Term((NEW,) * len(sources), weight_literal(1), (lower,))
-        rows_below = render_block(self, below, sources, term, projections).sql(DIALECT)
+        below_change = exp.LT(this=order.copy(), expression=exp.column(LOWEST))
+        value = [exp.alias_(order.copy(), "_streamsql_v")]
+        rows_below = self._below_change(
+            below, sources, keys, names, strict, below_change, value
+        ).sql(DIALECT)
         key_list = ", ".join(names)
         ranked = (
             f"SELECT {key_list}, _streamsql_v, ROW_NUMBER() OVER (PARTITION BY {key_list} "
@@ -349,7 +350,7 @@ class DeltaBuilder:
         on = " AND ".join(f"_streamsql_c.{n} <=> _streamsql_cuts.{n}" for n in names)
         value = (
             "(SELECT CASE WHEN COUNT(*) = COUNT(_streamsql_cuts._streamsql_cut) "
-            f"THEN MIN(_streamsql_cuts._streamsql_cut) END FROM ({changed.sql(DIALECT)}) "
+            f"THEN MIN(_streamsql_cuts._streamsql_cut) END FROM ({strict.sql(DIALECT)}) "
             f"AS _streamsql_c LEFT JOIN ({cuts}) AS _streamsql_cuts ON {on})"
         )
         bound = KeyBound("", order.sql(DIALECT), AT_LEAST, value, open_when_null=True)

@@ -217,12 +217,12 @@ def range_reach(select: exp.Select) -> Optional[Tuple[exp.Expression, exp.Expres
             order = this
         elif this != order:
             return None
+        ends = _bounded_ends(spec)
+        if ends is None:
+            return None
         cut: exp.Expression = exp.column(LOWEST)
-        for bound, side, sign in (("start", "start_side", 1), ("end", "end_side", -1)):
-            value, direction = spec.args.get(bound), str(spec.args.get(side) or "").lower()
-            if value is None or isinstance(value, str):  # CURRENT ROW, or UNBOUNDED (no reach)
-                if value is not None and value.upper() != "CURRENT ROW":
-                    return None
+        for (value, direction), sign in zip(ends, (1, -1)):
+            if value is None:
                 continue
             # start n PRECEDING: cut - n; start n FOLLOWING: + n; end: the opposite
             if (direction == "preceding") == (sign == 1):
@@ -380,19 +380,30 @@ def _rows_of(window: exp.Window) -> Optional[Tuple[int, int]]:
         or spec.args.get("exclude")
     ):
         return None
-    offsets: List[int] = []
+    ends = _bounded_ends(spec)
+    if ends is None or any(v is not None and not _is_integer(v) for v, _ in ends):
+        return None
+    start, end = [
+        0 if value is None else int(value.name) * (-1 if direction == "preceding" else 1)
+        for value, direction in ends
+    ]
+    return max(end, 0), max(-start, 0)
+
+
+def _bounded_ends(
+    spec: exp.WindowSpec,
+) -> Optional[List[Tuple[Optional[exp.Expression], str]]]:
+    """The frame's start and end as (offset, "preceding" or "following"), the offset None for
+    CURRENT ROW (also an end left out: `ROWS 2 PRECEDING`); None when an end is UNBOUNDED."""
+    ends: List[Tuple[Optional[exp.Expression], str]] = []
     for bound, side in (("start", "start_side"), ("end", "end_side")):
         value, direction = spec.args.get(bound), str(spec.args.get(side) or "").lower()
-        if value is None or isinstance(value, str):  # CURRENT ROW, or UNBOUNDED (no reach)
-            if value is not None and value.upper() != "CURRENT ROW":
+        if isinstance(value, str):
+            if value.upper() != "CURRENT ROW":
                 return None
-            offsets.append(0)
-            continue
-        if not _is_integer(value):
-            return None
-        offsets.append(-int(value.name) if direction == "preceding" else int(value.name))
-    start, end = offsets
-    return max(end, 0), max(-start, 0)
+            value = None
+        ends.append((value, direction))
+    return ends
 
 
 def reach_predicate(order: exp.Expression, at_least: exp.Expression) -> exp.Expression:
