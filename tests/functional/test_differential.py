@@ -283,11 +283,20 @@ MODELS: Dict[str, tuple] = {
         f"following) as c from {FACTS}",
         "linear",
     ),
-    "lin_running": (  # running COUNT/SUM/MIN/MAX: the prefix below the change aggregated
+    "lin_running": (  # running COUNT/SUM/AVG/MIN/MAX, ranks: the rows before the change summed
         f"select rid, g, ts, sum(n) over (partition by g order by ts) as run_n, sum(v) over "
         f"(partition by g order by ts) as run_v, count(*) over (partition by g order by ts, rid, "
         f"n, v rows between unbounded preceding and current row) as c, max(v) over (partition by "
-        f"g order by ts) as mx, min(k) over (partition by g order by ts) as mn from {FACTS}",
+        f"g order by ts) as mx, min(k) over (partition by g order by ts) as mn, rank() over "
+        f"(partition by g order by ts) as r, dense_rank() over (partition by g order by ts, n) "
+        f"as dr, avg(v) over (partition by g order by ts) as av from {FACTS}",
+        "linear",
+    ),
+    "lin_running_desc": (  # descending: the rows after the change's highest n aggregated
+        f"select rid, g, n, rank() over (partition by g order by n desc) as r, row_number() "
+        f"over (partition by g order by n desc, rid, ts, v, k) as rn, sum(v) over (partition by "
+        f"g order by n desc) as s, min(ts) over (partition by g order by n desc) as first_ts "
+        f"from {FACTS}",
         "linear",
     ),
     "lin_window_over_aggregate": (  # the aggregate a stage, not the top (as Nexmark q6)

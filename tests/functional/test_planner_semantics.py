@@ -107,11 +107,19 @@ LINEAR = [
     "current row) as m, count(*) over (partition by k) as c from demo.t",
     "select id, k, lag(n, 1, -1) over (partition by k order by ts, id, n, v) as p, "
     "lead(v) over (partition by k order by ts, id, n, v) as nx from demo.t",
-    # running COUNT/SUM/MIN/MAX: the prefix below each partition's change as an aggregate
-    "select id, k, sum(n) over (partition by k order by ts) as sn, sum(v) over (partition by k "
-    "order by ts) as sv, count(v) over (partition by k order by ts) as cv, min(s) over "
-    "(partition by k order by ts) as mn, max(v) over (partition by k order by ts, id, v rows "
-    "between unbounded preceding and current row) as mx from demo.t",
+    # running COUNT/SUM/AVG/MIN/MAX: the rows before each partition's change as an aggregate
+    "select id, k, sum(n) over (partition by k order by ts) as sn, avg(v) over (partition by k "
+    "order by ts) as av, sum(v) over (partition by k order by ts) as sv, count(v) over "
+    "(partition by k order by ts) as cv, min(s) over (partition by k order by ts) as mn, "
+    "max(v) over (partition by k order by ts, id, v rows between unbounded preceding and "
+    "current row) as mx from demo.t",
+    # ranks from the change on: the rows (DENSE_RANK: the ORDER BY values) below it counted
+    "select id, k, rank() over (partition by k order by ts) as r, dense_rank() over (partition "
+    "by k order by ts) as dr, row_number() over (partition by k order by ts, id, n) as rn, "
+    "count(n) over (partition by k order by ts) as c from demo.t",
+    "select id, k, rank() over (partition by k order by n desc) as r, sum(n) over (partition by "
+    "k order by n desc) as sn, row_number() over (partition by k order by n desc, id, ts) as rn "
+    "from demo.t",  # descending: the rows before the change are higher, NULLs come last
     # bounded ROWS frames and LAG/LEAD: read from the Nth ts below each partition's change
     "select id, k, n, avg(v) over (partition by k order by ts, id, n, v rows between 3 "
     "preceding and 1 following) as a, lead(n, 2) over (partition by k order by ts, id, n, v) "
@@ -431,7 +439,16 @@ ROWS_REACH = (
 RUNNING = (
     "select id, k, sum(n) over (partition by k order by ts) as sn, count(*) over (partition by "
     "k order by ts) as c, min(v) over (partition by k order by ts) as mn, max(s) over "
-    "(partition by k order by ts) as mx from demo.t"
+    "(partition by k order by ts) as mx, rank() over (partition by k order by ts) as r, "
+    "dense_rank() over (partition by k order by ts) as dr, row_number() over (partition by "
+    "k order by ts, id) as rn, avg(v) over (partition by k order by ts) as av from demo.t"
+)
+
+
+RUNNING_DESC = (  # the latest first: the rows before the change are the later ones
+    "select id, k, rank() over (partition by k order by ts desc) as r, dense_rank() over "
+    "(partition by k order by ts desc, n) as dr, max(n) over (partition by k order by ts desc) "
+    "as mx, avg(v) over (partition by k order by ts desc) as av from demo.t"
 )
 
 
@@ -455,6 +472,8 @@ def test_rows_and_running_frames_read_from_the_change_on(spark, monkeypatch):
     assert plan.reason.endswith("from the change's reach"), plan.reason
     running = plan_step(RUNNING, INPUTS, output_columns(spark, RUNNING))
     assert running.reason.endswith("from the change's reach"), running.reason
+    latest = plan_step(RUNNING_DESC, INPUTS, output_columns(spark, RUNNING_DESC))
+    assert latest.reason.endswith("from the change's reach"), latest.reason
     bound = plan.bounds[-1]
     u = [random_u_row(random.Random(1))]
     for new, bounded in (
@@ -474,6 +493,18 @@ def test_rows_and_running_frames_read_from_the_change_on(spark, monkeypatch):
         literal = "(t.ts >= timestamp_micros(1704068280000000))"  # 00:18
         assert (predicate == literal) == bounded, predicate
         check_change(spark, RUNNING, running, (old, u), (new, u))
+    # descending, a change early on: the rows after 00:06 (its highest ts) are counted, the
+    # rest read; a NULL ts changed reads the partition whole
+    early = [r if r[0] != 10 else r[:6] + (99,) for r in old if r[0] != 4]
+    for new, bounded in (
+        (early, True),
+        (early + [(201, 0, Decimal(1), None, None, "a", 1)], False),
+    ):
+        register_inputs(spark, (old, u), (new, u))
+        predicate = with_bounds(spark, latest.bounds[-1].name, [latest.bounds[-1]])
+        literal = "(t.ts <= timestamp_micros(1704067560000000))"  # 00:06
+        assert (predicate == literal) == bounded, predicate
+        check_change(spark, RUNNING_DESC, latest, (old, u), (new, u))
 
 
 @pytest.mark.parametrize("sql", AGGREGATE)

@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, InputTable
 from dbt.adapters.streamsql.planning.planner import plan_step
-from dbt.adapters.streamsql.planning.windows import rows_reach
+from dbt.adapters.streamsql.planning.window_reach import rows_reach
 
 EVENTS = InputTable(
     "demo.events",
@@ -30,7 +30,16 @@ BIDS = InputTable(
     ),
 )
 AUCTIONS = InputTable("demo.auctions", (Column("id", "bigint"), Column("seller", "bigint")))
-INPUTS = (EVENTS, BIDS, AUCTIONS)
+PRICES = InputTable(
+    "demo.prices",
+    (
+        Column("item", "bigint"),
+        Column("ts", "timestamp"),
+        Column("price", "decimal(12,2)"),
+        Column("huge", "decimal(30,2)"),
+    ),
+)
+INPUTS = (EVENTS, BIDS, AUCTIONS, PRICES)
 
 LATEST = (
     "select id, status, updated_at from (select *, row_number() over (partition by id "
@@ -242,7 +251,7 @@ def test_other_windows_fall_back_to_recompute(sql, reason):
         (
             "select id, row_number() over (partition by id order by updated_at) as rn "
             "from demo.events",
-            "fast path: window per partition (row_number)",
+            "fast path: window per partition (row_number) from the change's reach",
         ),
         (
             "select e.id, e.s from (select id, sum(id) over (partition by status "
@@ -260,7 +269,8 @@ def test_other_windows_fall_back_to_recompute(sql, reason):
         (
             "select f.id from (select * from (select id, rank() over (partition by id "
             "order by updated_at) as r from demo.events) e) f where r = 1",
-            "fast path: filter, projection, derived table, window per partition (rank)",
+            "fast path: filter, projection, derived table, window per partition (rank) from the "
+            "change's reach",
         ),
         (
             "select status, count(*) as n from (select status, ntile(4) over (partition by id "
@@ -503,7 +513,7 @@ def test_running_windows_read_the_prefix_as_an_aggregate_and_the_rest_as_windows
 @pytest.mark.parametrize(
     "windows_sql, reach",
     [
-        ("avg(id) over (partition by status order by updated_at)", False),  # AVG: left out
+        ("avg(id) over (partition by status order by updated_at)", False),  # a DOUBLE sum
         ("sum(id) filter (where id > 0) over (partition by status order by updated_at)", False),
         (
             "sum(id) over (partition by status order by updated_at), lag(id) over (partition "
@@ -513,10 +523,46 @@ def test_running_windows_read_the_prefix_as_an_aggregate_and_the_rest_as_windows
         ("min(attrs['a']) over (partition by status order by updated_at)", True),
         ("sum(id * 2 + 1) over (partition by status order by updated_at)", True),
         ("sum(cast(id as double)) over (partition by status order by updated_at)", False),
+        (  # ranks count the rows (DENSE_RANK: the ORDER BY values) below the change
+            "row_number() over (partition by status order by updated_at, id), rank() over "
+            "(partition by status order by updated_at), dense_rank() over (partition by status "
+            "order by updated_at, id), count(*) over (partition by status order by updated_at)",
+            True,
+        ),
+        (  # descending (NULLs last): the rows before the change have a higher value
+            "rank() over (partition by status order by updated_at desc), sum(id) over "
+            "(partition by status order by updated_at desc)",
+            True,
+        ),
+        ("rank() over (partition by status order by updated_at desc nulls first)", False),
+        (
+            "rank() over (partition by status order by updated_at desc), sum(id) over "
+            "(partition by status order by updated_at)",
+            False,  # two directions
+        ),
+        ("percent_rank() over (partition by status order by updated_at)", False),  # the total
+        ("ntile(4) over (partition by status order by updated_at)", False),
     ],
 )
 def test_running_reach_takes_count_sum_of_exact_numbers_min_and_max(windows_sql, reach):
     step = plan_named(f"select id, {windows_sql} as w from demo.events")
+    assert step.reason.endswith("from the change's reach") == reach, step.reason
+
+
+@pytest.mark.parametrize(
+    "windows_sql, reach",
+    [
+        (
+            "avg(price) over (partition by item order by ts), sum(price) over (partition by item "
+            "order by ts)",
+            True,
+        ),
+        ("avg(huge) over (partition by item order by ts)", False),  # sum over 38 digits
+        ("avg(cast(price as double)) over (partition by item order by ts)", False),
+    ],
+)
+def test_running_avg_of_a_decimal_reads_from_the_change_on(windows_sql, reach):
+    step = plan_named(f"select item, {windows_sql} as w from demo.prices")
     assert step.reason.endswith("from the change's reach") == reach, step.reason
 
 
@@ -527,4 +573,54 @@ def test_running_windows_over_an_aggregate_read_whole_partitions():
         "status, id) q"
     )
     assert "window per partition (sum);" in step.reason, step.reason
+    assert "_streamsql_p0" not in step.change_sql
+
+
+def test_ranks_from_the_change_on_add_the_rows_or_values_below_it():
+    step = plan_named(
+        "select id, rank() over (partition by status order by updated_at) as r, dense_rank() "
+        "over (partition by status order by updated_at, id) as d from demo.events"
+    )
+    sql = step.change_sql
+    assert "COUNT(*) AS _streamsql_p0" in sql and "COUNT(DISTINCT _streamsql_x1)" in sql, sql
+    assert "NAMED_STRUCT('o0', events.updated_at, 'o1', events.id) AS _streamsql_x1" in sql, sql
+    assert "CAST(COALESCE(_streamsql_keys_1._streamsql_p0, 0) + RANK() OVER" in sql, sql
+
+
+def test_ranks_ordered_descending_read_from_the_highest_change_down_and_the_nulls():
+    step = plan_named(
+        "select id, rank() over (partition by status order by updated_at desc) as r "
+        "from demo.events"
+    )
+    sql = step.change_sql
+    assert "MAX(_streamsql_lo)" in sql and "MIN(_streamsql_lo)" not in sql, sql
+    assert "events.updated_at > _streamsql_keys_1._streamsql_lo)" in sql, sql  # before it
+    rest = (
+        "(_streamsql_keys_1._streamsql_lo IS NULL OR (events.updated_at <= "
+        "_streamsql_keys_1._streamsql_lo OR events.updated_at IS NULL))"
+    )
+    assert rest in sql, sql
+    assert "(__streamsql_bound_2__ OR events.updated_at IS NULL)" in sql, sql
+    (bound,) = [b for b in step.bounds if b.column == "events.updated_at"]
+    assert (bound.operator, bound.open_when_null) == ("<=", True), bound
+    assert "THEN MAX(_streamsql_lo) END" in bound.value, bound.value
+
+
+def test_a_running_avg_of_a_decimal_divides_as_spark_does():
+    step = plan_named(
+        "select item, avg(price) over (partition by item order by ts) as a from demo.prices"
+    )
+    sql = step.change_sql
+    assert "NAMED_STRUCT('s', SUM(_streamsql_x0), 'c', COUNT(_streamsql_x0))" in sql, sql
+    # the sum in AVG's sum type, over the count as DECIMAL(20,0), in AVG's result type
+    assert "AS DECIMAL(22, 2))) / CAST((COALESCE(_streamsql_keys_1._streamsql_p0.c, 0)" in sql
+    assert "AS DECIMAL(20, 0)) END AS DECIMAL(16, 6))" in sql, sql
+
+
+def test_a_top_k_block_ordered_ascending_keeps_its_plan():
+    step = plan_named(
+        "select id, status from (select id, status, row_number() over (partition by status "
+        "order by updated_at, id) as rn from demo.events) q where rn = 1"
+    )
+    assert step.reason.endswith("top-k per partition (row_number)"), step.reason
     assert "_streamsql_p0" not in step.change_sql

@@ -29,7 +29,7 @@ import sqlglot
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.binding import bound_input
-from dbt.adapters.streamsql.planning.bounds import AT_LEAST
+from dbt.adapters.streamsql.planning.bounds import AT_LEAST, AT_MOST
 from dbt.adapters.streamsql.planning.constructs import require_linear_select
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.joins.inner import join_terms, term_bounds
@@ -52,16 +52,19 @@ from dbt.adapters.streamsql.planning.terms import (
     weight_literal,
 )
 from dbt.adapters.streamsql.planning.types import TypeOracle
-from dbt.adapters.streamsql.planning.windows import (
+from dbt.adapters.streamsql.planning.window_reach import (
     LOWEST,
+    Running,
     combine_running,
-    has_rank_filter,
-    partition_keys,
     range_reach,
-    ranking_names,
     reach_predicate,
     rows_reach,
     running_reach,
+)
+from dbt.adapters.streamsql.planning.windows import (
+    has_rank_filter,
+    partition_keys,
+    ranking_names,
     window_name,
     windows_of,
 )
@@ -131,9 +134,9 @@ class DeltaBuilder:
         K = the partition keys of the rows in the change of the block below its windows (FROM,
         joins, WHERE); the block over the new inputs restricted to K, +1, and over the old, -1.
         Bounded RANGE frames restrict each partition further, to the change's reach
-        (windows.range_reach); bounded ROWS frames and LAG/LEAD, through a key bound computed
-        before the step reads (windows.rows_reach); running windows, to the rows from the
-        change on, with the rows below it as an aggregate (windows.running_reach). The last
+        (window_reach.range_reach); bounded ROWS frames and LAG/LEAD, through a key bound computed
+        before the step reads (window_reach.rows_reach); running windows, to the rows from the
+        change on, with the rows below it as an aggregate (window_reach.running_reach). The last
         two only over an input's or a CTE's column, not a stage's.
         """
         reach = range_reach(select)
@@ -142,12 +145,13 @@ class DeltaBuilder:
         if rows is not None and not self._of_a_table(rows[0], sources):
             rows = None  # a stage's column: no files to skip, and one more pass over the stage
         running = None
-        if reach is None and rows is None:
+        top_k = has_rank_filter(select)
+        if reach is None and rows is None and not top_k:  # a top-K block keeps its own plan
             running = running_reach(select, self.oracle)
         if running is not None and not self._of_a_table(running[0], sources):
             running = None  # over a stage: its view read twice more for the rows below
         reached = next((r for r in (reach, rows, running) if r is not None), None)
-        if has_rank_filter(select):
+        if top_k:
             self.constructs.add(f"{TOP_K} ({', '.join(ranking_names(select)) or 'window'})")
         else:
             names = ", ".join(dict.fromkeys(window_name(w) for w in windows_of(select)))
@@ -168,7 +172,8 @@ class DeltaBuilder:
         changed = distinct_keys(branches, names, LOWEST if reach is not None else None)
         strict = None  # ROWS and running reaches: a NULL lowest value reads the partition whole
         if rows is not None or running is not None:
-            strict = distinct_keys(branches, names, LOWEST, null_wins=True)
+            highest = running is not None and running.descending
+            strict = distinct_keys(branches, names, LOWEST, null_wins=True, highest=highest)
         equalities = equalities_of(sources, select.args.get("where"))
         ranges = key_ranges(sources, terms, keys, equalities)
         bounds = bounds_on(self, sources, keys, ranges, equalities)
@@ -182,7 +187,7 @@ class DeltaBuilder:
             select, changed, predicate = self._running(
                 select, sources, keys, names, strict, running
             )
-            bounds.append(self._running_bound(strict, running[0]))
+            bounds.append(self._running_bound(strict, running))
         restriction = KeyRestriction(
             len(sources),
             changed,
@@ -214,32 +219,35 @@ class DeltaBuilder:
         return render_block(self, below, sources, term, columns + list(projections))
 
     def _running(self, select, sources, keys, names, strict, running):
-        """A block of running windows (windows.running_reach) evaluated from each touched
-        partition's lowest changed c on: the changed keys with their lowest c (NULL: the whole
-        partition) and each window's aggregate over the partition's rows below it at the new
-        version (the same at the old), joined to the block, whose windows combine it with their
-        value over the rest. Returns the block, the changed keys with those aggregates and the
-        predicate on the block's rows."""
-        order, windows = running
+        """A block of running windows (window_reach.running_reach) evaluated from each touched
+        partition's first changed c on (the lowest; descending, the highest): the changed keys
+        with that c (NULL: the whole partition) and each window's aggregate over the
+        partition's rows before it at the new version (the same at the old), joined to the
+        block, whose windows combine it with their value over the rest. Returns the block, the
+        changed keys with those aggregates and the predicate on the block's rows."""
+        order, descending, windows = running
         count = len(sources)
         lowest = exp.column(LOWEST)
-        below_change = exp.and_(
-            exp.Not(this=exp.Is(this=lowest.copy(), expression=exp.Null())),
-            exp.paren(
-                exp.or_(
-                    exp.LT(this=order.copy(), expression=lowest.copy()),
-                    exp.Is(this=order.copy(), expression=exp.Null()),
-                ),
+        is_null = exp.Is(this=order.copy(), expression=exp.Null())
+        if descending:  # before: a higher c (NULLs come last)
+            before: exp.Expression = exp.GT(this=order.copy(), expression=lowest.copy())
+            rest = exp.or_(exp.LTE(this=order.copy(), expression=lowest.copy()), is_null.copy())
+        else:  # before: a lower or NULL c
+            before = exp.paren(
+                exp.or_(exp.LT(this=order.copy(), expression=lowest.copy()), is_null.copy()),
                 copy=False,
-            ),
+            )
+            rest = exp.GTE(this=order.copy(), expression=lowest.copy())
+        below_change = exp.and_(
+            exp.Not(this=exp.Is(this=lowest.copy(), expression=exp.Null())), before
         )
         projections: List[exp.Expression] = []
         aggregates: List[exp.Expression] = []
-        for i, (_, call, _) in enumerate(windows):
-            prefix = call.copy()
-            if not isinstance(call.this, exp.Star):
-                projections.append(exp.alias_(call.this.copy(), f"_streamsql_x{i}"))
-                prefix.set("this", exp.column(f"_streamsql_x{i}"))
+        for i, entry in enumerate(windows):
+            argument = entry.argument()
+            if argument is not None:
+                projections.append(exp.alias_(argument.copy(), f"_streamsql_x{i}"))
+            prefix = entry.prefix(exp.column(f"_streamsql_x{i}"))
             aggregates.append(exp.alias_(prefix, f"_streamsql_p{i}"))
         rows = self._below_change(select, sources, keys, names, strict, below_change, projections)
         prefix = exp.Select(
@@ -281,32 +289,32 @@ class DeltaBuilder:
         )
         block = select.copy()
         alias = f"_streamsql_keys_{count}"
-        for i, ((_, call, cast), found) in enumerate(zip(windows, windows_of(block))):
+        for i, (entry, found) in enumerate(zip(windows, windows_of(block))):
             value = exp.column(f"_streamsql_p{i}", table=alias)
-            found.replace(combine_running(call, value, found.copy(), cast))
+            found.replace(combine_running(entry, value, found.copy()))
         predicate = exp.paren(
-            exp.or_(
-                exp.Is(this=lowest.copy(), expression=exp.Null()),
-                exp.GTE(this=order.copy(), expression=lowest.copy()),
-            ),
-            copy=False,
+            exp.or_(exp.Is(this=lowest.copy(), expression=exp.Null()), rest), copy=False
         )
         return block, changed, predicate
 
-    def _running_bound(self, changed: exp.Select, order: exp.Column) -> exp.Expression:
-        """`c >= <the change's lowest c>`, `true` when a changed row's c is NULL (its partition
-        is read whole): Delta skips the files below every touched partition's change."""
+    def _running_bound(self, changed: exp.Select, running: Running) -> exp.Expression:
+        """`c >= <the change's lowest c>` (descending: `c <= <its highest>`, or a NULL c),
+        `true` when a changed row's c is NULL (its partition is read whole): Delta skips the
+        files before every touched partition's change."""
+        first = "MAX" if running.descending else "MIN"
         value = (
-            "(SELECT CASE WHEN COUNT(*) = COUNT(_streamsql_lo) THEN MIN(_streamsql_lo) END "
+            f"(SELECT CASE WHEN COUNT(*) = COUNT(_streamsql_lo) THEN {first}(_streamsql_lo) END "
             f"FROM ({changed.sql(DIALECT)}) AS _streamsql_r)"
         )
-        bound = KeyBound("", order.sql(DIALECT), AT_LEAST, value, open_when_null=True)
-        return exp.column(self.name_bound(bound))
+        side = AT_MOST if running.descending else AT_LEAST
+        bound = KeyBound("", running.order.sql(DIALECT), side, value, open_when_null=True)
+        name = exp.column(self.name_bound(bound))
+        return reach_predicate(running.order, name) if running.descending else name
 
     def _reach_bound(self, sources, terms, reach, equalities) -> List[exp.Expression]:
         """A literal lower bound on a bounded RANGE frame's ORDER BY column (the change's lowest
         value minus the frame), so that Delta skips the files every touched partition's
-        re-evaluation leaves out (windows.range_reach). None unless it is a column."""
+        re-evaluation leaves out (window_reach.range_reach). None unless it is a column."""
         order, lowest = reach
         if not isinstance(order, exp.Column):
             return []
@@ -324,7 +332,7 @@ class DeltaBuilder:
     def _rows_bound(self, below, sources, keys, names, strict, rows) -> exp.Expression:
         """A key bound `c >= <literal>` holding a block's rows to a ROWS frame's reach: the
         lowest, over the touched partitions, of the Nth highest c below the partition's first
-        change (windows.rows_reach); `true` when a partition is read whole.
+        change (window_reach.rows_reach); `true` when a partition is read whole.
 
         Computed before the step reads, from the change and the touched partitions' rows
         below it at the new version (Spark keeps the N highest per partition as it reads them,

@@ -90,8 +90,8 @@ class KeyBound:
     needed, NULL when it is not (NOT IN's whole-result terms, linear.py): `false` then lets
     Spark drop the term before reading anything.
 
-    `open_when_null`: a NULL value means `true` instead (a ROWS frame's reach, windows.rows_reach,
-    is NULL when a touched partition must be read whole).
+    `open_when_null`: a NULL value means `true` instead (a ROWS frame's reach,
+    window_reach.rows_reach, is NULL when a touched partition must be read whole).
     """
 
     name: str  # a placeholder, `__streamsql_bound_...__`

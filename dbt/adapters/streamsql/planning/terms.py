@@ -59,7 +59,7 @@ class KeyRestriction:
     restrict_right: bool = False
     # a predicate over the block's rows and the changed keys' column `_streamsql_lo` (unqualified)
     # the semi join also holds: a window block's rows from the change's reach
-    # (windows.range_reach), or those below it (windows.rows_reach)
+    # (window_reach.range_reach), or those below it (window_reach.rows_reach)
     reach: Optional[exp.Expression] = None
     # an inner join instead of the semi join (the changed keys are distinct): the block reads
     # the changed keys' other columns (a running window's prefix, linear.py)
@@ -142,16 +142,17 @@ def distinct_keys(
     names: Sequence[str],
     lowest: Optional[str] = None,
     null_wins: bool = False,
+    highest: bool = False,
 ) -> exp.Select:
     """SELECT DISTINCT k0, k1, ... over the UNION ALL of `branches` (each projecting them first);
-    with `lowest`, also the lowest non-NULL value of that column each key has (`null_wins`:
-    NULL when any of its values is NULL)."""
+    with `lowest`, also the lowest non-NULL value of that column each key has (`highest`: the
+    highest; `null_wins`: NULL when any of its values is NULL)."""
     alias = exp.TableAlias(this=exp.to_identifier("_streamsql_changed"))
     keys = exp.Subquery(this=union_all(branches), alias=alias)
     columns = [exp.column(name) for name in names]
     if lowest is None:
         return exp.Select(expressions=columns, from_=exp.From(this=keys), distinct=exp.Distinct())
-    value: exp.Expression = exp.Min(this=exp.column(lowest))
+    value: exp.Expression = (exp.Max if highest else exp.Min)(this=exp.column(lowest))
     if null_wins:
         every = exp.EQ(
             this=exp.Count(this=exp.Star()), expression=exp.Count(this=exp.column(lowest))

@@ -22,7 +22,9 @@ That rule holds for any window block whose windows share a partition key: a touc
 costs its own rows, twice. Where the query filters the rank by a constant (`= c`, `<= c`, `< c`)
 right above the block (a top-K block), the change is a handful of rows; otherwise (a running
 sum, LAG) it is the rows of the touched partitions whose values changed, once old and new
-evaluations are netted. What stays on the recompute path, and why, is in `window_obstacle`.
+evaluations are netted. Most frames reach only part of a touched partition, from its first
+change on; window_reach.py says how far back each reads. What stays on the recompute path, and
+why, is in `window_obstacle`.
 
 ROW_NUMBER among rows that tie on the ORDER BY is not deterministic in Spark, nor are NTILE, LAG,
 LEAD and any ROWS frame (`by_position`): evaluating the old inputs again could order tied rows
@@ -37,31 +39,27 @@ Spark's choice and breaking the ties would change the frame.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.bounds import conjuncts
 from dbt.adapters.streamsql.planning.calls import contains_aggregate, function_name
 from dbt.adapters.streamsql.planning.types import (
-    DECIMAL,
-    INTEGRAL,
     TypeOracle,
-    numeric_kind_of_type,
-    sum_type,
 )
 
 RANKS = ("row_number", "rank", "dense_rank")
 # Window functions the partition restriction keeps exact: their value is a function of the
 # partition's rows as a multiset (ROW_NUMBER once its ties are broken, see the module docstring).
 _DETERMINISTIC = RANKS + ("percent_rank", "cume_dist")
-_WHOLE_PARTITION_AGGREGATES = ("count", "sum", "avg", "mean", "min", "max")
+WHOLE_PARTITION_AGGREGATES = ("count", "sum", "avg", "mean", "min", "max")
 # Functions whose value depends on the order of rows that tie on the ORDER BY (each row's
 # position, not its peers): exact once their ties are broken (`add_tie_breakers`).
 _BY_POSITION = ("row_number", "ntile", "lag", "lead")
 # ... and these, over a ROWS frame (over a RANGE frame their value depends on which of the tied
 # rows comes first or last, and breaking the ties would change the frame's peers)
-_VALUES_OF_ROWS = ("first_value", "last_value", "nth_value", "first", "last")
+VALUES_OF_ROWS = ("first_value", "last_value", "nth_value", "first", "last")
 
 RANK_ALIAS = "_streamsql_rank"
 
@@ -142,11 +140,11 @@ def block_obstacle(select: exp.Select) -> Optional[str]:
             return f"named window ({name}()) is not maintained incrementally"
         if name in _DETERMINISTIC + _BY_POSITION:
             continue
-        if name in _WHOLE_PARTITION_AGGREGATES and not isinstance(window.this.this, exp.Distinct):
+        if name in WHOLE_PARTITION_AGGREGATES and not isinstance(window.this.this, exp.Distinct):
             continue
-        if name in _VALUES_OF_ROWS and _rows_frame(window):
+        if name in VALUES_OF_ROWS and rows_frame(window):
             continue
-        if name in _VALUES_OF_ROWS:
+        if name in VALUES_OF_ROWS:
             return (
                 f"window function {name}() over a RANGE frame (the default with ORDER BY) is not "
                 "maintained incrementally"
@@ -164,7 +162,7 @@ def block_obstacle(select: exp.Select) -> Optional[str]:
     return None
 
 
-def _rows_frame(window: exp.Window) -> bool:
+def rows_frame(window: exp.Window) -> bool:
     spec = window.args.get("spec")
     return spec is not None and str(spec.args.get("kind") or "").lower() == "rows"
 
@@ -175,245 +173,7 @@ def by_position(window: exp.Window) -> bool:
     name = window_name(window)
     if name in _BY_POSITION:
         return True
-    return name in _WHOLE_PARTITION_AGGREGATES + _VALUES_OF_ROWS and _rows_frame(window)
-
-
-# The lowest non-NULL ORDER BY value among a touched partition's changed rows (NULL when all are
-# NULL: only the NULL-ordered rows are read), as `range_reach` and linear.py's restriction name it.
-LOWEST = "_streamsql_lo"
-
-
-def range_reach(select: exp.Select) -> Optional[Tuple[exp.Expression, exp.Expression]]:
-    """How far back from a partition's first change a step must read, for a block whose every
-    window is COUNT/SUM/AVG/MIN/MAX over a RANGE frame with bounded ends (`RANGE BETWEEN
-    INTERVAL 1 HOUR PRECEDING AND CURRENT ROW`) on one ascending ORDER BY expression o.
-
-    Returns o and the lowest o the step must read, as an expression over column `LOWEST` (the
-    partition's lowest changed non-NULL o): that minus the widest frame. A row whose frame
-    reaches no changed row (o below LOWEST minus the frame's FOLLOWING end) keeps its value; one
-    that reaches one reads rows down to its frame's start at most. Rows read below those are
-    evaluated with a cut frame, the same before and after the step, so they net out. Rows with
-    a NULL o are only in each other's frames (Spark's RANGE frames): they are read too
-    (`reach_predicate`). None when the block's windows are other than that (a running or
-    whole-partition frame, ROWS, LAG).
-    """
-    order: Optional[exp.Expression] = None
-    cuts: List[exp.Expression] = []
-    for window in windows_of(select):
-        spec = window.args.get("spec")
-        ordering = window.args.get("order")
-        if (
-            window_name(window) not in _WHOLE_PARTITION_AGGREGATES
-            or spec is None
-            or str(spec.args.get("kind") or "").lower() != "range"
-            or spec.args.get("exclude")
-            or ordering is None
-            or len(ordering.expressions) != 1
-            or ordering.expressions[0].args.get("desc")
-        ):
-            return None
-        this = ordering.expressions[0].this
-        if order is None:
-            order = this
-        elif this != order:
-            return None
-        ends = _bounded_ends(spec)
-        if ends is None:
-            return None
-        cut: exp.Expression = exp.column(LOWEST)
-        for (value, direction), sign in zip(ends, (1, -1)):
-            if value is None:
-                continue
-            # start n PRECEDING: cut - n; start n FOLLOWING: + n; end: the opposite
-            if (direction == "preceding") == (sign == 1):
-                cut = exp.Sub(this=cut, expression=value.copy())
-            else:
-                cut = exp.Add(this=cut, expression=value.copy())
-        cuts.append(cut)
-    if order is None:
-        return None
-    return order, cuts[0] if len(cuts) == 1 else exp.func("least", *cuts)
-
-
-def rows_reach(select: exp.Select) -> Optional[Tuple[exp.Column, int]]:
-    """How many rows back from a partition's first change a step must read, for a block whose
-    every window is LAG/LEAD with a constant offset, or COUNT/SUM/AVG/MIN/MAX/FIRST_VALUE/
-    LAST_VALUE/NTH_VALUE over a ROWS frame with bounded ends (`ROWS BETWEEN 9 PRECEDING AND
-    CURRENT ROW`), all partitioned alike and ordered by one column c first, ascending with NULLs
-    first (Spark's default).
-
-    Returns c and N, the widest FOLLOWING reach plus the widest PRECEDING reach (at least 1).
-    Below the partition's lowest changed c, no row changes, and only the last FOLLOWING-reach
-    rows before the change can get another value; they read PRECEDING-reach rows further back.
-    So the rows with c at least the Nth highest c below the change (counting rows, not values;
-    ties on it all included), and every row above, are what a step must read. A row read that
-    changes sees its whole frame; one that does not is evaluated the same way before and after
-    the step (a frame cut at the same place, over rows that did not change), so it nets out.
-    A changed row with a NULL c (NULLs come first), or fewer than N rows below the change,
-    means the whole partition. None for any other block (ranks and NTILE count rows from the
-    partition's start; a running or UNBOUNDED frame).
-    """
-    order = _ordered_alike(select)
-    following = preceding = 0
-    for window in windows_of(select):
-        reach = _rows_of(window)
-        if reach is None:
-            return None
-        following, preceding = max(following, reach[0]), max(preceding, reach[1])
-    if order is None:
-        return None
-    return order, max(following + preceding, 1)
-
-
-def _ordered_alike(select: exp.Select) -> Optional[exp.Column]:
-    """The column c every window of the block is first ordered by, ascending with NULLs first,
-    all partitioned alike (the reaches of `rows_reach` and `running_reach`); None if none."""
-    order: Optional[exp.Expression] = None
-    partition: Optional[List[str]] = None
-    for window in windows_of(select):
-        ordering = window.args.get("order")
-        if ordering is None or not ordering.expressions:
-            return None
-        first = ordering.expressions[0]
-        if first.args.get("desc") or not first.args.get("nulls_first"):
-            return None
-        if order is None:
-            order = first.this
-        elif first.this != order:
-            return None
-        keys = sorted(key.sql() for key in window.args.get("partition_by") or [])
-        if partition is None:
-            partition = keys
-        elif keys != partition:
-            return None
-    return order if isinstance(order, exp.Column) else None
-
-
-def running_reach(
-    select: exp.Select, oracle: Optional[TypeOracle]
-) -> Optional[Tuple[exp.Column, List[Tuple[exp.Window, exp.Expression, str]]]]:
-    """For a block whose every window is a running COUNT, SUM (of integers or decimals), MIN or
-    MAX (a frame from UNBOUNDED PRECEDING to the current row, the default with an ORDER BY), all
-    partitioned alike and first ordered by one column c ascending with NULLs first: c and, per
-    window, its aggregate over the rows below the change (the prefix) and the SQL type of its
-    value (`` when no CAST is needed).
-
-    Below the partition's lowest changed c no row changes, and a row at or above it is the
-    prefix's aggregate combined with the window over the rows from the lowest changed c on
-    (`combine_running`): a step reads the prefix once, as an aggregate, and evaluates the
-    window over the rest. Fractional SUMs are left out (a sum split in two may round
-    differently) and so is AVG.
-    """
-    order = _ordered_alike(select)
-    found: List[Tuple[exp.Window, exp.Expression, str]] = []
-    for window in windows_of(select):
-        call = window.this
-        if not _running_frame(window.args.get("spec")):
-            return None
-        cast = ""
-        if isinstance(call, exp.Sum):  # of integers (BIGINT), or of decimals of a known type
-            data_type = oracle.type_of(call.this) if oracle is not None else None
-            kind = numeric_kind_of_type(data_type)
-            if kind is None and oracle is not None:
-                kind = oracle.numeric_kind(call.this)
-            if kind == DECIMAL and data_type:
-                cast = sum_type(data_type, DECIMAL)
-            elif kind != INTEGRAL:
-                return None
-        elif not isinstance(call, (exp.Count, exp.Min, exp.Max)):
-            return None
-        if isinstance(call.this, exp.Distinct) or call.args.get("expressions"):
-            return None
-        found.append((window, call, cast))
-    if order is None:
-        return None
-    return order, found
-
-
-def _running_frame(spec: Optional[exp.WindowSpec]) -> bool:
-    """No frame (with an ORDER BY: RANGE from UNBOUNDED PRECEDING to the current row), or that
-    frame written out, as ROWS or RANGE."""
-    if spec is None:
-        return True
-    start, end = spec.args.get("start"), spec.args.get("end")
-    return (
-        not spec.args.get("exclude")
-        and isinstance(start, str)
-        and start.upper() == "UNBOUNDED"
-        and str(spec.args.get("start_side") or "").lower() == "preceding"
-        and (end is None or (isinstance(end, str) and end.upper() == "CURRENT ROW"))
-    )
-
-
-def combine_running(
-    call: exp.Expression, prefix: exp.Expression, window: exp.Expression, cast: str
-) -> exp.Expression:
-    """A running aggregate's value from its prefix's aggregate and its window over the rest."""
-    if isinstance(call, exp.Count):
-        value: exp.Expression = exp.Add(
-            this=exp.func("coalesce", prefix, exp.Literal.number(0)), expression=window
-        )
-    elif isinstance(call, exp.Sum):  # NULL only when both are: no value in the frame
-        both = exp.Add(this=prefix.copy(), expression=window.copy())
-        value = exp.func("coalesce", both, prefix, window)
-    else:  # LEAST and GREATEST skip NULLs
-        value = exp.func("least" if isinstance(call, exp.Min) else "greatest", prefix, window)
-    if cast:
-        value = exp.Cast(this=value, to=exp.DataType.build(cast, dialect="spark"))
-    return exp.paren(value, copy=False)
-
-
-def _rows_of(window: exp.Window) -> Optional[Tuple[int, int]]:
-    """The rows a window's frame reaches after and before the current one (LAG/LEAD: offset)."""
-    name = window_name(window)
-    call = window.this
-    if name in ("lag", "lead"):
-        offset = call.args.get("offset")
-        if offset is not None and not _is_integer(offset):
-            return None
-        rows = 1 if offset is None else int(offset.name)
-        return (rows, 0) if name == "lead" else (0, rows)
-    spec = window.args.get("spec")
-    if (
-        name not in _WHOLE_PARTITION_AGGREGATES + _VALUES_OF_ROWS
-        or not _rows_frame(window)
-        or spec.args.get("exclude")
-    ):
-        return None
-    ends = _bounded_ends(spec)
-    if ends is None or any(v is not None and not _is_integer(v) for v, _ in ends):
-        return None
-    start, end = [
-        0 if value is None else int(value.name) * (-1 if direction == "preceding" else 1)
-        for value, direction in ends
-    ]
-    return max(end, 0), max(-start, 0)
-
-
-def _bounded_ends(
-    spec: exp.WindowSpec,
-) -> Optional[List[Tuple[Optional[exp.Expression], str]]]:
-    """The frame's start and end as (offset, "preceding" or "following"), the offset None for
-    CURRENT ROW (also an end left out: `ROWS 2 PRECEDING`); None when an end is UNBOUNDED."""
-    ends: List[Tuple[Optional[exp.Expression], str]] = []
-    for bound, side in (("start", "start_side"), ("end", "end_side")):
-        value, direction = spec.args.get(bound), str(spec.args.get(side) or "").lower()
-        if isinstance(value, str):
-            if value.upper() != "CURRENT ROW":
-                return None
-            value = None
-        ends.append((value, direction))
-    return ends
-
-
-def reach_predicate(order: exp.Expression, at_least: exp.Expression) -> exp.Expression:
-    """`(at_least OR o IS NULL)`, `at_least` being `o >= ...` (or a key bound standing for one):
-    a row a bounded RANGE frame's re-evaluation reads. Rows whose ORDER BY value is NULL are
-    each other's frame and nobody else's: they are read whole (unchanged ones give the same
-    values before and after the step)."""
-    return exp.paren(
-        exp.or_(at_least, exp.Is(this=order.copy(), expression=exp.Null())), copy=False
-    )
+    return name in WHOLE_PARTITION_AGGREGATES + VALUES_OF_ROWS and rows_frame(window)
 
 
 def has_rank_filter(select: exp.Select) -> bool:
@@ -454,14 +214,14 @@ def _bounded_rank(conjunct: exp.Expression) -> Optional[exp.Column]:
     upper = {exp.EQ: exp.EQ, exp.LTE: exp.GTE, exp.LT: exp.GT}
     for kind, mirrored in upper.items():
         left, right = conjunct.args.get("this"), conjunct.args.get("expression")
-        if isinstance(conjunct, kind) and _is_integer(right) and isinstance(left, exp.Column):
+        if isinstance(conjunct, kind) and is_integer(right) and isinstance(left, exp.Column):
             return left
-        if isinstance(conjunct, mirrored) and _is_integer(left) and isinstance(right, exp.Column):
+        if isinstance(conjunct, mirrored) and is_integer(left) and isinstance(right, exp.Column):
             return right
     return None
 
 
-def _is_integer(node: exp.Expression) -> bool:
+def is_integer(node: exp.Expression) -> bool:
     return isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit()
 
 

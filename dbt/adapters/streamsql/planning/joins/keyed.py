@@ -58,7 +58,7 @@ from dbt.adapters.streamsql.planning.terms import (
     is_constant,
     weight_literal,
 )
-from dbt.adapters.streamsql.planning.windows import LOWEST
+from dbt.adapters.streamsql.planning.window_reach import LOWEST
 
 
 def restricted_terms(
