@@ -60,17 +60,24 @@ MOVING_SQL = (
 )
 # A moving average over each device's last 10 readings and the change from the previous reading
 # (a ROWS frame and LAG): a step reads each touched device from the 10th reading before its first
-# new one (windows.rows_reach).
+# new one (window_reach.rows_reach).
 MOVING_ROWS_SQL = (
     "select id, device, ts, avg(value) over (partition by device order by ts rows between 9 "
     "preceding and current row) as avg_10, value - lag(value) over (partition by device order by "
     "ts) as since_last from {src}"
 )
 # Each device's running total and count of readings (running windows): a step reads each
-# touched device's readings below its first new one as one aggregate (windows.running_reach).
+# touched device's readings below its first new one as one aggregate (window_reach.running_reach).
 RUNNING_SQL = (
     "select id, device, ts, sum(value) over (partition by device order by ts) as total, "
     "count(*) over (partition by device order by ts) as readings from {src}"
+)
+# Each device's readings numbered in time and its running average (ranks and a running AVG of a
+# decimal): read like RUNNING_SQL, the ranks adding the count of the readings below the change.
+RANKS_SQL = (
+    "select id, device, ts, row_number() over (partition by device order by ts, id) as nth, "
+    "dense_rank() over (partition by device order by ts) as nth_time, avg(value) over "
+    "(partition by device order by ts) as running_avg from {src}"
 )
 # kind -> (view model, table twin, query); `--pairs` picks some
 ALL_PAIRS = {
@@ -79,6 +86,7 @@ ALL_PAIRS = {
     "moving window": ("moving_view", "moving_rebuild", MOVING_SQL),
     "moving rows": ("moving_rows_view", "moving_rows_rebuild", MOVING_ROWS_SQL),
     "running": ("running_view", "running_rebuild", RUNNING_SQL),
+    "ranks": ("ranks_view", "ranks_rebuild", RANKS_SQL),
 }
 DEFAULT_PAIRS = "filter,group by"
 # model name -> (materialization, query); each incremental view has a `table` twin.
