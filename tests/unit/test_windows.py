@@ -612,9 +612,9 @@ def test_a_running_avg_of_a_decimal_divides_as_spark_does():
     )
     sql = step.change_sql
     assert "NAMED_STRUCT('s', SUM(_streamsql_x0), 'c', COUNT(_streamsql_x0))" in sql, sql
-    # the sum in AVG's sum type, over the count as DECIMAL(20,0), in AVG's result type
+    # DECIMAL(12,2): the sum in AVG's sum type over the count as DECIMAL(20,0), in AVG's type
     assert "AS DECIMAL(22, 2))) / CAST((COALESCE(_streamsql_keys_1._streamsql_p0.c, 0)" in sql
-    assert "AS DECIMAL(20, 0)) END AS DECIMAL(16, 6))" in sql, sql
+    assert "AS DECIMAL(20, 0)) AS DECIMAL(16, 6)) END" in sql, sql
 
 
 def test_a_top_k_block_ordered_ascending_keeps_its_plan():

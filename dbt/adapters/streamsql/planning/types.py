@@ -59,6 +59,43 @@ def sum_type(data_type: Optional[str], kind: Optional[str]) -> str:
     return ""
 
 
+# Spark's optimizer (its DecimalAggregates rule) averages a decimal of at most this many digits
+# once 4 are added (the AVG's type) through DOUBLE: the mean of its unscaled values, divided by
+# 10^scale, cast to the AVG's type. Wider decimals are divided exactly.
+_MAX_DOUBLE_DIGITS = 15
+
+
+def decimal_average(total: exp.Expression, count: exp.Expression, data_type: str) -> exp.Expression:
+    """Spark's AVG of a `data_type` decimal whose non-NULL values sum to `total` (in SUM's type,
+    exact) and number `count` (> 0), rounded as Spark rounds it.
+
+    Over few digits (precision + 4 <= 15) Spark averages the unscaled values as DOUBLE: their
+    sum as a DOUBLE (exact below 2^53, as `total` turned into its unscaled BIGINT is), divided
+    by the count, then by 10^scale, cast to DECIMAL(p + 4, s + 4); over more it divides the
+    exact sum by the count as DECIMAL(20,0). An exact division rounds some means the other way
+    (510.9794375 is 510.979438 exactly, 510.979437 through a DOUBLE): the view must round as
+    the query does.
+    """
+    precision, scale = decimal_precision_scale(data_type)
+    result = exp.DataType.build(
+        f"decimal({min(38, precision + 4)},{min(38, scale + 4)})", dialect=DIALECT
+    )
+    if precision + 4 <= _MAX_DOUBLE_DIGITS:
+        double = exp.DataType.build("double")
+        power = exp.Literal.number(10**scale)
+        unscaled = exp.cast(exp.Mul(this=exp.paren(total), expression=power), "bigint")
+        mean = exp.Div(this=exp.cast(unscaled, double), expression=exp.cast(count, double))
+        quotient: exp.Expression = exp.Div(
+            this=exp.paren(mean), expression=exp.cast(power.copy(), double)
+        )
+    else:
+        quotient = exp.Div(
+            this=total,
+            expression=exp.cast(count, exp.DataType.build("decimal(20,0)", dialect=DIALECT)),
+        )
+    return exp.cast(quotient, result)
+
+
 class TypeOracle:
     """Answers type questions about the expressions of one query tree bound to `inputs`."""
 

@@ -18,6 +18,7 @@ from dbt.adapters.streamsql.planning.types import (
     DECIMAL,
     INTEGRAL,
     TypeOracle,
+    decimal_average,
     decimal_precision_scale,
     numeric_kind_of_type,
     sum_type,
@@ -155,12 +156,13 @@ def _ordered_one_way(select: exp.Select) -> Optional[Tuple[exp.Column, bool]]:
 class RunningWindow(NamedTuple):
     """One window of a running block: what the rows before the change aggregate to (`call`:
     COUNT(*), SUM(x), MIN(x), MAX(x), COUNT(DISTINCT <ORDER BY>) or AVG(x)), the type of the
-    window's value ("" when no CAST is needed) and, for AVG, the type of its sum."""
+    window's value ("" when no CAST is needed) and, for AVG, the type of the decimal it
+    averages."""
 
     window: exp.Window
     call: exp.Expression
     cast: str = ""
-    sum_cast: str = ""
+    average_of: str = ""  # AVG: the decimal type it averages
 
     def argument(self) -> Optional[exp.Expression]:
         """What the rows before the change give the prefix's aggregate (None: COUNT(*))."""
@@ -219,10 +221,9 @@ def running_reach(select: exp.Select, oracle: Optional[TypeOracle]) -> Optional[
     strictly before every row from it on, so ROW_NUMBER and RANK add the prefix's rows
     (COUNT(*)), and DENSE_RANK the prefix's distinct ORDER BY values (COUNT(DISTINCT) of them
     as one struct, whose NULL fields compare equal as the window's peers do). AVG of a decimal
-    is its sum over its count, computed as Spark's AVG does (the sum in its type, divided by
-    the count as DECIMAL(20,0), cast to AVG's type), so it rounds the same. Fractional SUMs and
-    AVGs are left out (a sum split in two may round differently), and so are AVGs of integers
-    (Spark sums them as DOUBLE).
+    is its exact sum over its count, turned into AVG's value as Spark does
+    (types.decimal_average), so it rounds the same. Fractional SUMs and AVGs are left out (a
+    sum split in two may round differently), and so are AVGs of integers.
     """
     ordered = _ordered_one_way(select)
     found: List[RunningWindow] = []
@@ -262,11 +263,9 @@ def _summed(entry: RunningWindow, oracle: Optional[TypeOracle]) -> Optional[Runn
         return entry if kind == INTEGRAL else None
     if kind != DECIMAL or not data_type:
         return None
-    precision, scale = decimal_precision_scale(data_type)
-    if precision > _AVG_PRECISION:
+    if decimal_precision_scale(data_type)[0] > _AVG_PRECISION:
         return None
-    result = f"decimal({precision + 4},{scale + 4})"
-    return entry._replace(cast=result, sum_cast=sum_type(data_type, DECIMAL))
+    return entry._replace(average_of=data_type)
 
 
 def _rank_prefix(window: exp.Window) -> exp.Expression:
@@ -312,9 +311,9 @@ def combine_running(
     elif isinstance(call, exp.Sum):  # NULL only when both are: no value in the frame
         both = exp.Add(this=prefix.copy(), expression=window.copy())
         value = exp.func("coalesce", both, prefix, window)
-    elif isinstance(call, exp.Avg):  # as Spark's AVG of a decimal: sum / count, no value: NULL
+    elif isinstance(call, exp.Avg):  # as Spark's AVG of a decimal, NULL without a value
         total = combine_running(
-            RunningWindow(window, exp.Sum(), entry.sum_cast),
+            RunningWindow(window, exp.Sum(), sum_type(entry.average_of, DECIMAL)),
             exp.Dot(this=prefix.copy(), expression=exp.to_identifier("s")),
             _as(window, exp.Sum),
         )
@@ -323,9 +322,9 @@ def combine_running(
             exp.Dot(this=prefix.copy(), expression=exp.to_identifier("c")),
             _as(window, exp.Count),
         )
-        quotient = exp.Div(this=total, expression=_typed(count.copy(), "decimal(20,0)"))
+        mean = decimal_average(total, count.copy(), entry.average_of)
         some = exp.GT(this=count, expression=exp.Literal.number(0))
-        value = exp.Case(ifs=[exp.If(this=some, true=quotient)])
+        value = exp.Case(ifs=[exp.If(this=some, true=mean)])
     else:  # LEAST and GREATEST skip NULLs
         value = exp.func("least" if isinstance(call, exp.Min) else "greatest", prefix, window)
     if entry.cast:

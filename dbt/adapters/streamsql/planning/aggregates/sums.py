@@ -31,13 +31,13 @@ from dbt.adapters.streamsql.planning.aggregates.expressions import (
     typed,
     zero,
 )
-from dbt.adapters.streamsql.planning.plan import DIALECT, WEIGHT, Column
+from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 from dbt.adapters.streamsql.planning.types import (
     DECIMAL,
     FRACTIONAL,
     INTEGRAL,
     TypeOracle,
-    decimal_precision_scale,
+    decimal_average,
     numeric_kind_of_type,
     sum_type,
 )
@@ -103,18 +103,8 @@ class AvgRule(SumRule):
     def final_value(self, call: AggregateCall, query: AggregateQuery) -> exp.Expression:
         kind = numeric_kind_of_type(call.argument_type) or _kind_of_sum(call)
         if kind == DECIMAL:
-            precision, scale = decimal_precision_scale(call.argument_type)
-            quotient = exp.Div(
-                this=_total(call),
-                expression=exp.cast(
-                    exp.column(call.non_null),
-                    exp.DataType.build("decimal(20,0)", dialect=DIALECT),
-                ),
-            )
-            result = exp.DataType.build(
-                f"decimal({min(38, precision + 4)},{min(38, scale + 4)})", dialect=DIALECT
-            )
-            return exp.Case(ifs=[exp.If(this=_some(call), true=exp.cast(quotient, result))])
+            mean = decimal_average(_total(call), exp.column(call.non_null), call.argument_type)
+            return exp.Case(ifs=[exp.If(this=_some(call), true=mean)])
         quotient = exp.Div(
             this=exp.cast(_total(call), exp.DataType.build("double")),
             expression=exp.column(call.non_null),
