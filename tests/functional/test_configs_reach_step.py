@@ -5,7 +5,7 @@ One project, two `dbt run`s. Each route has the same three models, the configs s
 cannot be combined (`CONFIGS`), with values that differ between the routes where the value shows:
 
 - `lin_*` (`select *`): lateness, max_future, unique_key, on_schema_change, partition_by,
-  tblproperties, location_root, waterline_retention, compact_files;
+  tblproperties, location_root, waterline_retention, compact_files, rewrite_when_small;
 - `fin_*` (an hourly count): emit_final (with lateness on the hour), liquid_clustered_by,
   final_state_retention;
 - `wm_*`: watermark, append_only, strategy (recompute), pending_retention. Only its first step
@@ -58,6 +58,7 @@ CONFIGS = {
         "location_root": ("{lake}/project", "{lake}/config"),
         "waterline_retention": ("0 seconds", "interval 0 seconds"),
         "compact_files": (False, True),
+        "rewrite_when_small": (False, True),
     },
     "fin": {
         "lateness": ({"hour": "INTERVAL 1 HOUR"}, {"hour": "INTERVAL 1 HOUR"}),
@@ -223,9 +224,20 @@ class TestConfigsReachTheStep:
             f"select id, v, _change_type from table_changes('{self.table(project, 'lin', route)}'"
             ", 1) where _change_type like 'update%'"
         )
-        assert Counter(updates) == Counter(
-            {(4, 4, "update_preimage"): 1, (4, 40, "update_postimage"): 1}
-        ), updates
+        if route == "project":  # rewrite_when_small: false
+            assert Counter(updates) == Counter(
+                {(4, 4, "update_preimage"): 1, (4, 40, "update_postimage"): 1}
+            ), updates
+            return
+        # written whole (a small model): every row out and in again, no update pair; netted,
+        # step 2's versions (from 2: after step 1's) remove id 3 and change id 4's v
+        assert updates == [], updates
+        netted = query(
+            "select id, v, sum(case when _change_type = 'insert' then 1 else -1 end) as w "
+            f"from table_changes('{self.table(project, 'lin', route)}', 2) "
+            "group by id, v having w <> 0"
+        )
+        assert Counter(netted) == Counter({(3, 3, -1): 1, (4, 4, -1): 1, (4, 40, 1): 1}), netted
 
     @pytest.mark.parametrize("route", ROUTES)
     def test_on_schema_change(self, project, steps, query, route):
@@ -260,6 +272,15 @@ class TestConfigsReachTheStep:
         statements = run_file(project, name("lin", route))
         optimize = f"OPTIMIZE `{project.test_schema}`.`{name('lin', route)}`"
         assert (optimize in statements) == (route == "config"), statements[-3000:]
+
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_rewrite_when_small(self, project, steps, route):
+        # off in dbt_project.yml: step 2's removals MERGEd; on (the default) in config(): the
+        # small model written whole, every partition at once
+        statements = run_file(project, name("lin", route))
+        model = f"`{project.test_schema}`.`{name('lin', route)}`"
+        assert (f"INSERT OVERWRITE {model} " in statements) == (route == "config"), statements
+        assert (f"MERGE INTO {model} " in statements) == (route == "project"), statements
 
     @pytest.mark.parametrize("route", ROUTES)
     def test_final_state_retention(self, project, steps, route):

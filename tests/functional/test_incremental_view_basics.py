@@ -363,6 +363,87 @@ def log_size(logs_dir: str) -> int:
         return log.seek(0, 2)
 
 
+TOTALS_MERGED = """
+{{ config(materialized='incremental_view', rewrite_when_small=false) }}
+select k, count(*) as n, sum(v) as total from {{ source('raw', 'src') }} group by k
+"""
+
+# LATENESS 0 on k, over totals: the waterline is the highest k seen, and a change to a lower k
+# is late. A rewrite of totals removes and adds every row again; netted, only what differs.
+TOTALS_LATE = """
+{{ config(materialized='incremental_view', lateness={'k': '0'}) }}
+select k, n, total from {{ ref('totals') }}
+"""
+
+KEPT = """
+{{ config(materialized='incremental_view') }}
+select k, v from {{ source('raw', 'src') }} where v > 0
+"""
+
+
+class TestSmallModelRewrite:
+    """A step that removes rows of a small model writes it whole (INSERT OVERWRITE, one file),
+    by key or by whole rows; `rewrite_when_small: false` keeps the MERGE; a model downstream
+    sees only the rows that differ."""
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {
+            "totals.sql": TOTALS,
+            "totals_merged.sql": TOTALS_MERGED,
+            "totals_late.sql": TOTALS_LATE,
+            "kept.sql": KEPT,
+            "sources.yml": SOURCES_YML,
+        }
+
+    def last_commit(self, project, name: str) -> dict:
+        row = project.run_sql(f"describe history {project.test_schema}.{name} limit 1", fetch="one")
+        return row.asDict()
+
+    def test_rewritten_merged_and_netted_downstream(self, project):
+        src = create_src(project)
+        schema = project.test_schema
+        project.run_sql(
+            f"insert into {src} values (1, 1, 10), (2, 1, 20), (3, 2, 5), (4, 3, 7), (5, 3, 2)"
+        )
+        run_dbt(["run"])
+        # only group 3 changes: its n and total, and kept loses (5, 3, 2) and gains (5, 3, 9)
+        project.run_sql(f"update {src} set v = 9 where id = 5")
+        project.run_sql(f"insert into {src} values (6, 3, 1)")
+        results = run_dbt(["run"])
+
+        totals = by_name(results, "totals").adapter_response
+        assert totals["write"] == "rewrite" and totals["deleted"] == 1, totals
+        assert "the model written whole (small)" in totals["_message"], totals
+        commit = self.last_commit(project, "totals")
+        assert commit["operation"] == "WRITE", commit
+        assert commit["operationParameters"]["mode"] == "Overwrite", commit
+        files = project.run_sql(f"describe detail {schema}.totals", fetch="one")
+        assert files.asDict()["numFiles"] == 1, files
+
+        kept = by_name(results, "kept").adapter_response
+        assert kept["write"] == "rewrite", kept
+        assert self.last_commit(project, "kept")["operationParameters"]["mode"] == "Overwrite"
+
+        merged = by_name(results, "totals_merged").adapter_response
+        assert merged["write"] == "", merged
+        assert self.last_commit(project, "totals_merged")["operation"] == "MERGE"
+
+        # downstream: the overwrite's feed netted to group 3's old and new row, both on time
+        late = by_name(results, "totals_late").adapter_response
+        assert (late["late"], late["inserted"], late["deleted"]) == (0, 1, 1), late
+        assert rows(project, f"{schema}.totals_late__late") == Counter()
+
+        groups = f"select k, count(*), sum(v) from {src} group by k"
+        expected = Counter(tuple(r) for r in project.run_sql(groups, fetch="all"))
+        assert expected[(3, 3, 17)] == 1, expected
+        for name in ("totals", "totals_merged", "totals_late"):
+            assert rows(project, f"{schema}.{name}") == expected, name
+        positive = f"select k, v from {src} where v > 0"
+        expected = Counter(tuple(r) for r in project.run_sql(positive, fetch="all"))
+        assert rows(project, f"{schema}.kept") == expected
+
+
 class TestInsertOnlySteps:
     """Inserts through a query without left joins are appended without netting, by one INSERT
     that reads the change; the result is the same multiset (duplicates included) as the

@@ -76,7 +76,11 @@ MODELS: Dict[str, str] = {
     "cdf_linear": iv(f"select id, k, v from {src('cdf')} where k >= 0"),
     "silent_linear": iv(f"select id, v from {src('silent')}"),
     # unique_key
-    "uk_good": iv(f"select id, k, v from {src('src_uk')}", unique_key="'id'"),
+    # MERGEd at any size: its update shows as an update pair (a small model written whole would
+    # show every row out and in again)
+    "uk_good": iv(
+        f"select id, k, v from {src('src_uk')}", unique_key="'id'", rewrite_when_small="false"
+    ),
     "uk_dup": iv(f"select k, v from {src('src_uk')}", unique_key="'k'"),
     # a dbt `table` model (replaced in place by every run of it) read by two views
     "up_table": "{{ config(materialized='table') }}\n" + f"select id, k, v from {src('src_uk')}",

@@ -31,7 +31,7 @@ sources:
 
 MODEL = """
 {{ config(materialized='incremental_view', lateness={'ts': 'INTERVAL 1 HOUR'},
-          meta={'owner': 'ops-team'}) }}
+          meta={'owner': 'ops-team'}, rewrite_when_small=false) }}
 select id, ts, v from {{ source('raw', 'events') }} where v >= 0
 """
 

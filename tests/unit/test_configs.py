@@ -34,6 +34,7 @@ SET_VALUES = {
     "waterline_retention": "interval 7 days",
     "pending_retention": "2 days",
     "compact_files": False,
+    "rewrite_when_small": False,
 }
 
 
@@ -68,6 +69,7 @@ def test_every_config_the_step_reads_reaches_the_model_settings():
     forever = configs.model_settings("m", "demo", {"waterline_retention": "forever"}, False)
     assert forever.waterline_retention is None
     assert default.compact_files and not model.compact_files
+    assert default.rewrite_when_small and not model.rewrite_when_small
     assert model.pending_retention == 2 * 86400 and default.pending_retention == 30 * 86400
 
 

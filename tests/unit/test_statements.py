@@ -3,6 +3,7 @@
 import pytest
 import sqlglot
 
+from dbt.adapters.streamsql.execution.engine import model_writes
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.planning.plan import Column
 
@@ -57,7 +58,7 @@ def test_consolidate_drops_rows_that_cancel():
 
 
 def test_merge_change_deletes_then_reinserts_survivors_atomically():
-    statement = sql.merge_change("`s`.`m`", "net", COLS)
+    statement = model_writes.merge_change("`s`.`m`", "net", COLS)
     parses(statement)
     assert statement.startswith("MERGE INTO `s`.`m` AS t USING")
     assert "ON s._streamsql_action = 'delete' AND t.`room` <=> s.`room`" in statement
@@ -72,7 +73,7 @@ def test_merge_change_deletes_then_reinserts_survivors_atomically():
 def test_merge_change_reads_the_change_once():
     # Spark can miss its cache on a second reference of a cached view within one statement
     # (a cached query with a self-join, Nexmark q5) and evaluate the whole query again.
-    statement = sql.merge_change("`s`.`m`", "net", COLS)
+    statement = model_writes.merge_change("`s`.`m`", "net", COLS)
     assert statement.count("net") == 1
     assert statement.count("`s`.`m`") == 2  # the MERGE target, and the copies it holds
 
@@ -170,14 +171,14 @@ def test_merge_change_bounds_the_target_by_the_waterline():
     bounds = late.target_bounds(rules, {"ts": "2024-01-01 10:00:00"})
     assert bounds == ["t.`ts` >= CAST('2024-01-01 10:00:00' AS timestamp)"]
     assert late.target_bounds(rules, {}) == []  # first step: no waterline yet
-    statement = sql.merge_change("`s`.`m`", "net", [Column("ts", "timestamp")], bounds)
+    statement = model_writes.merge_change("`s`.`m`", "net", [Column("ts", "timestamp")], bounds)
     parses(statement)
     # on the join that counts the copies to keep, and on the MERGE's match
     assert statement.count("AND t.`ts` >= CAST('2024-01-01 10:00:00' AS timestamp)") == 2
 
 
 def test_merge_by_key_updates_deletes_and_inserts_by_key_without_counting_copies():
-    statement = sql.merge_by_key(
+    statement = model_writes.merge_by_key(
         "m.t", "net", COLS + [Column("total", "bigint")], ["room"], ["t.`room` >= 'a'"]
     )
     parses(statement)
@@ -191,15 +192,51 @@ def test_merge_by_key_updates_deletes_and_inserts_by_key_without_counting_copies
 
 
 def test_merge_by_key_of_a_global_aggregate_matches_its_one_row():
-    statement = sql.merge_by_key("m.t", "net", COLS, [])
+    statement = model_writes.merge_by_key("m.t", "net", COLS, [])
     parses(statement)
     assert "ON true" in statement and "GROUP BY" not in statement
 
 
 def test_merge_by_key_when_every_column_is_key_only_deletes_and_inserts():
-    statement = sql.merge_by_key("m.t", "net", COLS, ["room", "n"])
+    statement = model_writes.merge_by_key("m.t", "net", COLS, ["room", "n"])
     parses(statement)
     assert "UPDATE" not in statement and "max_by" not in statement
+
+
+def test_rewrite_by_key_keeps_untouched_keys_and_adds_the_kept_new_rows_in_one_file():
+    statement = model_writes.rewrite_by_key(
+        "m.t", "net", COLS + [Column("total", "bigint")], ["room"]
+    )
+    parses(statement)
+    assert statement.startswith(
+        "INSERT OVERWRITE m.t (`room`, `n`, `total`) SELECT /*+ COALESCE(1) */"
+    )
+    # the table's rows of keys the change does not touch (NULL keys matched as equal)
+    assert "FROM m.t t LEFT ANTI JOIN net n ON t.`room` <=> n.`room`" in statement
+    # each touched key's new row, from the same per-key source as the MERGE by key
+    assert "max_by(struct(`n`, `total`), _streamsql_weight)" in statement
+    assert "SELECT s.`room`, s._streamsql_row.`n`, s._streamsql_row.`total`" in statement
+    assert statement.endswith("WHERE s._streamsql_keep)")
+
+
+def test_rewrite_by_key_of_a_global_aggregate_replaces_its_one_row():
+    statement = model_writes.rewrite_by_key("m.t", "net", COLS, [])
+    parses(statement)
+    assert "LEFT ANTI JOIN net n ON true" in statement and "GROUP BY" not in statement
+
+
+def test_rewrite_change_removes_copies_with_except_all_and_adds_copies():
+    statement = model_writes.rewrite_change("m.t", "net", COLS)
+    parses(statement)
+    assert (
+        "(SELECT `room`, `n` FROM m.t EXCEPT ALL SELECT `room`, `n` FROM net "
+        "LATERAL VIEW explode(sequence(1, -_streamsql_weight))" in statement
+    )
+    assert "WHERE _streamsql_weight < 0) UNION ALL" in statement
+    assert statement.endswith(
+        "explode(sequence(1, _streamsql_weight)) copies AS _streamsql_copies "
+        "WHERE _streamsql_weight > 0)"
+    )
 
 
 def test_bound_predicates_are_literals_or_nothing():

@@ -655,3 +655,42 @@ def test_a_merge_rewrites_small_files_and_marks_rows_in_large_ones(size, files, 
     snapshot = SimpleNamespace(size_bytes=size, num_files=files)
     log = SimpleNamespace(free_snapshots=True, snapshot=lambda name: snapshot)
     assert small_table(SimpleNamespace(delta_log=log), "s.m") is rewritten
+
+
+@pytest.mark.parametrize(
+    "size, names, config, free, whole",
+    [
+        (40_000, ("room", "n"), True, True, True),  # a small model: written whole
+        (2**20, ("room", "n"), True, True, False),  # 1 MiB: a MERGE
+        (None, ("room", "n"), True, True, False),  # size unknown
+        (40_000, ("room", "n"), False, True, False),  # rewrite_when_small: false
+        (40_000, ("room", "n"), True, False, False),  # not for free (Thrift, method: connect)
+        (40_000, ("room", "n", "extra"), True, True, False),  # a column the step does not write
+        (40_000, ("ROOM", "N"), True, True, True),  # names match without regard to case
+    ],
+)
+def test_which_steps_write_a_small_model_whole(size, names, config, free, whole):
+    from types import SimpleNamespace
+
+    from dbt.adapters.streamsql.execution.commit.protocol import rewrite_whole
+    from dbt.adapters.streamsql.planning.plan import Column
+
+    columns = [Column("room", "string"), Column("n", "bigint")]
+    snapshot = SimpleNamespace(size_bytes=size, columns=[Column(n, "string") for n in names])
+    log = SimpleNamespace(free_snapshots=free, snapshot=lambda name: snapshot)
+    model = SimpleNamespace(rewrite_when_small=config, target_name="s.m")
+    ctx = SimpleNamespace(delta_log=log, model=model)
+    assert rewrite_whole(ctx, columns) is whole
+    # a MAP column cannot be matched by EXCEPT ALL: never written whole
+    mapped = columns + [Column("tags", "map<string,int>")]
+    snapshot.columns = [Column(c.name, c.data_type) for c in mapped]
+    assert rewrite_whole(ctx, mapped) is False
+
+
+def test_an_overwrite_commit_is_netted_by_readers_of_the_feed():
+    from dbt.adapters.streamsql.execution.engine.delta_log import Commit
+    from dbt.adapters.streamsql.execution.pipeline.inputs import overwrites
+
+    assert overwrites(Commit(5, "WRITE", {"mode": "Overwrite"}))
+    assert not overwrites(Commit(5, "WRITE", {"mode": "Append"}))
+    assert not overwrites(Commit(5, "MERGE", {}))

@@ -55,6 +55,7 @@ class StreamSQLConfig(SparkConfig):
     waterline_retention: Optional[str] = None
     pending_retention: Optional[str] = None
     compact_files: Optional[bool] = None
+    rewrite_when_small: Optional[bool] = None
 
 
 @dataclass
@@ -74,6 +75,7 @@ class StepResponse(AdapterResponse):
     waterline: Optional[Dict[str, Optional[str]]] = None
     seconds: float = 0.0
     notes: Optional[List[str]] = None  # a recovery, a retention warning, an ignored column
+    write: str = ""  # "rewrite": the model written whole (StepResult.write); "" the usual way
 
 
 def model_settings(
@@ -140,6 +142,7 @@ def step_response(result: StepResult) -> StepResponse:
         waterline=result.waterline,
         seconds=round(result.seconds, 3),
         notes=list(result.notes),
+        write=result.write,
     )
 
 

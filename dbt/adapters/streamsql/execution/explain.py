@@ -133,9 +133,13 @@ def format_explanation(found: Explanation) -> str:
     lines += plan_text
     lines += ["", "Tables:"]
     lines += aligned(table_rows(model, plan, found.rules))
-    lines += [""] + wrapped(
-        f"Merge key: {merge_key_text(plan, found.rules, found.key, found.unique)}", ""
-    )
+    merge_key = merge_key_text(plan, found.rules, found.key, found.unique)
+    if model.rewrite_when_small:
+        merge_key += (
+            "; while the model's table is under 1 MiB, a step that removes rows writes it "
+            "whole instead (INSERT OVERWRITE; rewrite_when_small)"
+        )
+    lines += [""] + wrapped(f"Merge key: {merge_key}", "")
     lines += ["", "LATENESS:"] + lateness_lines(found)
     lines += ["", "WATERMARK:"] + watermark_lines(found)
     lines += ["", "Inputs (version read up to):"]

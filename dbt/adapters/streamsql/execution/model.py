@@ -67,6 +67,9 @@ class ModelSettings:
     # Whether a step compacts the model's table and side tables when small files pile up
     # (small_files.py)
     compact_files: bool = True
+    # Whether a step that removes rows from a small model writes it whole instead of a MERGE
+    # (commit/protocol.py)
+    rewrite_when_small: bool = True
 
     @property
     def storage_properties(self) -> Dict[str, str]:

@@ -26,6 +26,9 @@ class StepResult:
     # or "recompute" where the step recomputed instead (strategy: auto, a recovery); "" for a
     # run that was not a step.
     computed: str = ""
+    # How the step wrote the model when not the usual way (an append or a MERGE):
+    # "rewrite" (commit/protocol.py: a small model written whole); "" otherwise.
+    write: str = ""
     # What the step line adds: a recovery, a retention warning, an ignored column.
     notes: List[str] = field(default_factory=list)
 
@@ -44,7 +47,9 @@ class StepResult:
             f"{self.model}: step {self.step}: read {self.changes_read} changes, applied "
             f"{self.applied} (+{self.inserted} -{self.deleted}), late {self.late}, held "
             f"{self.held}, waterline {waterline}; {self.plan} ({self.reason}); "
-            f"{self.seconds:.1f} s" + "".join(f"; {note}" for note in self.notes)
+            f"{self.seconds:.1f} s"
+            + ("; the model written whole (small)" if self.write == "rewrite" else "")
+            + "".join(f"; {note}" for note in self.notes)
         )
 
 

@@ -24,6 +24,7 @@ from dbt.adapters.streamsql.planning.types import (
     sum_type,
 )
 from dbt.adapters.streamsql.planning.windows import (
+    RANKS,
     VALUES_OF_ROWS,
     WHOLE_PARTITION_AGGREGATES,
     is_integer,
@@ -231,7 +232,7 @@ def running_reach(select: exp.Select, oracle: Optional[TypeOracle]) -> Optional[
         call = window.this
         if not _running_frame(window.args.get("spec")):
             return None
-        if isinstance(call, (exp.RowNumber, exp.Rank, exp.DenseRank)):
+        if window_name(window) in RANKS:
             found.append(RunningWindow(window, _rank_prefix(window), "INT"))
             continue
         if not isinstance(call, (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)):

@@ -11,12 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from dbt.adapters.streamsql.planning.plan import COUNT, GROUP_ALIAS, WEIGHT, Column, KeyBound
 
-ACTION = "_streamsql_action"
-EXISTING = "_streamsql_existing"
 COPIES = "_streamsql_copies"
-PRESENT = "_streamsql_present"
-ROW = "_streamsql_row"
-KEEP = "_streamsql_keep"
 PLACEHOLDER = re.compile(r"`?(?<![A-Za-z0-9_])(__streamsql_[a-z0-9_]+?__)(?![A-Za-z0-9_])`?")
 
 
@@ -295,85 +290,6 @@ def append_change(target: str, change: str, columns: Sequence[Column]) -> str:
         f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES} "
         f"WHERE CASE WHEN {WEIGHT} >= 1 THEN true ELSE raise_error('dbt-streamsql: a change "
         f"taken for inserts only holds a removal; nothing was written, run the step again') END"
-    )
-
-
-def merge_change(
-    target: str, net_view: str, columns: Sequence[Column], target_bounds: Sequence[str] = ()
-) -> str:
-    """Apply a multiset change in one atomic MERGE.
-
-    A row r with net weight w > 0 gains w copies. A row with w < 0 loses |w| copies: all copies of
-    r are deleted and max(existing + w, 0) copies re-inserted, because a MERGE cannot delete some
-    of several identical rows. Delete actions match on every column (null-safe); insert actions
-    never match and fall through to WHEN NOT MATCHED.
-
-    The source names `net_view` once: each net row is annotated with its copies in the target
-    (a left join that only matches shrinking rows), then exploded into its actions (position 0:
-    the delete of a shrinking row; 1..k: k inserts). Spark may miss its cache for the second
-    reference of a cached view in one statement (seen when the cached query holds a self-join,
-    e.g. Nexmark q5) and evaluate the whole query again.
-
-    `target_bounds` are predicates on the target (alias `t`) that every row the change can delete
-    satisfies, e.g. `t.ts >= <waterline>`: Delta then skips files that lie wholly outside them.
-    """
-    cols = column_list(columns)
-    net_cols = column_list(columns, "n.")
-    bounds = "".join(f" AND {bound}" for bound in target_bounds)
-    annotated = (
-        f"SELECT {net_cols}, n.{WEIGHT}, CAST(COUNT(t.{PRESENT}) AS BIGINT) AS {EXISTING} "
-        f"FROM {net_view} n LEFT JOIN (SELECT *, 1 AS {PRESENT} FROM {target}) t "
-        f"ON n.{WEIGHT} < 0 AND {null_safe_match(columns, 't', 'n')}{bounds} "
-        f"GROUP BY {net_cols}, n.{WEIGHT}"
-    )
-    first = f"CASE WHEN {WEIGHT} < 0 THEN 0 ELSE 1 END"
-    last = f"CASE WHEN {WEIGHT} < 0 THEN greatest({EXISTING} + {WEIGHT}, 0) ELSE {WEIGHT} END"
-    source = (
-        f"SELECT {cols}, CASE WHEN {COPIES} = 0 THEN 'delete' ELSE 'insert' END AS {ACTION} "
-        f"FROM ({annotated}) LATERAL VIEW explode(sequence({first}, {last})) copies AS {COPIES}"
-    )
-    return (
-        f"MERGE INTO {target} AS t USING ({source}) AS s "
-        f"ON s.{ACTION} = 'delete' AND {null_safe_match(columns, 't', 's')}{bounds} "
-        f"WHEN MATCHED THEN DELETE "
-        f"WHEN NOT MATCHED AND s.{ACTION} = 'insert' THEN INSERT ({cols}) "
-        f"VALUES ({column_list(columns, 's.')})"
-    )
-
-
-def merge_by_key(
-    target: str,
-    net_view: str,
-    columns: Sequence[Column],
-    key: Sequence[str],
-    target_bounds: Sequence[str] = (),
-) -> str:
-    """Apply a change to a table holding at most one row per `key` (an aggregate's groups).
-
-    Per key the change holds its new row (+1), its old row (-1), or both: the row is inserted,
-    deleted, or updated in place. Unlike `merge_change` this needs no count of the target's
-    copies of each row, so the target is read once, by the MERGE's own join. `key` may be
-    empty: a global aggregate's one row.
-    """
-    wanted = {name.lower() for name in key}
-    keys = [c for c in columns if c.name.lower() in wanted]
-    values = [c for c in columns if c.name.lower() not in wanted]
-    grouping = f" GROUP BY {column_list(keys)}" if keys else ""
-    chosen = f"max_by(struct({column_list(values)}), {WEIGHT}) AS {ROW}, " if values else ""
-    source = (
-        f"SELECT {column_list(keys) + ', ' if keys else ''}{chosen}"
-        f"MAX({WEIGHT}) > 0 AS {KEEP} FROM {net_view}{grouping}"
-    )
-    bounds = "".join(f" AND {bound}" for bound in target_bounds)
-    update = ", ".join(f"{quote(c.name)} = s.{ROW}.{quote(c.name)}" for c in values)
-    inserted = [f"s.{quote(c.name)}" if c in keys else f"s.{ROW}.{quote(c.name)}" for c in columns]
-    return (
-        f"MERGE INTO {target} AS t USING ({source}) AS s "
-        f"ON {null_safe_match(keys, 't', 's')}{bounds} "
-        f"WHEN MATCHED AND NOT s.{KEEP} THEN DELETE "
-        + (f"WHEN MATCHED THEN UPDATE SET {update} " if values else "")
-        + f"WHEN NOT MATCHED AND s.{KEEP} THEN INSERT ({column_list(columns)}) "
-        f"VALUES ({', '.join(inserted)})"
     )
 
 

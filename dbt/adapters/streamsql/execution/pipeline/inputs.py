@@ -163,6 +163,9 @@ class InputChange:
     # (version, operation) of the commits that replaced the table in place since `before`, when
     # its change feed is read across them (recovery/faults.py): all its rows out and in again
     replaced: List[Tuple[int, str]] = field(default_factory=list)
+    # Whether a commit since `before` overwrote the table (an INSERT OVERWRITE, such as a step's
+    # rewrite of a small model, commit/protocol.py): its feed has every row out and in again
+    rewritten: bool = False
 
 
 def read_changes(
@@ -181,6 +184,7 @@ def read_changes(
             ):
                 commits = ctx.delta_log.commits(item.table.name, before + 1, item.version)
             change.commits = commits
+            change.rewritten = any(overwrites(commit) for commit in commits)
             counts = [commit.change_rows for commit in commits]
             if len(counts) == item.version - before and None not in counts:
                 change.rows = sum(rows for rows, _ in counts)  # type: ignore[misc]
@@ -190,6 +194,11 @@ def read_changes(
                 change.size_bytes = sum(sizes)  # type: ignore[arg-type]
         changes.append(change)
     return changes
+
+
+def overwrites(commit: Commit) -> bool:
+    """Whether `commit` overwrote its table's rows (a WRITE in mode Overwrite)."""
+    return commit.operation.upper() == "WRITE" and commit.parameters.get("mode") == "Overwrite"
 
 
 def bind_inputs(
@@ -244,10 +253,11 @@ def bind_inputs(
         else:
             change_sql = sql.input_changes(item.table.name, cols, before, now)
             read = f"the changes of {name} versions {before + 1}..{now}"
-        if change.replaced and sql.groupable(cols):
-            # a replacement's feed is every row out and in again: netted, the rows that differ
+        if (change.replaced or change.rewritten) and sql.groupable(cols):
+            # a replacement's or an overwrite's feed is every row out and in again: netted,
+            # the rows that differ
             change_sql = sql.consolidate(f"({change_sql})", cols)
-            read += ", netted (replaced in place)"
+            read += ", netted (" + ("replaced in place" if change.replaced else "overwritten") + ")"
             change.rows = change.removals = None
         counted = change.rows is not None and change.removals is not None
         how = INLINE if counted and reads.get(delta_input(i), 0) <= 1 else MATERIALIZED

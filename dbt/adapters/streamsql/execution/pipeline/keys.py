@@ -3,7 +3,7 @@
 With `unique_key` a model holds at most one row per key. Each step checks that before it
 commits: the keys its change touches, counted in the model's table plus the change, may not
 come out above one. A step that would break it fails, naming the model, the key and a value,
-and writes nothing. A change that removes rows is then applied by key (commit.merge_by_key): a
+and writes nothing. A change that removes rows is then applied by key (model_writes.merge_by_key): a
 row whose key stays is updated in place, which the model's change feed shows as an
 update_preimage/update_postimage pair.
 
