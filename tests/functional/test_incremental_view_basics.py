@@ -380,6 +380,12 @@ KEPT = """
 select k, v from {{ source('raw', 'src') }} where v > 0
 """
 
+# an aggregate over kept: it reads kept's netted change one row per copy
+KEPT_TOTALS = """
+{{ config(materialized='incremental_view') }}
+select k, count(*) as n, sum(v) as total from {{ ref('kept') }} group by k
+"""
+
 
 class TestSmallModelRewrite:
     """A step that removes rows of a small model writes it whole (INSERT OVERWRITE, one file),
@@ -393,6 +399,7 @@ class TestSmallModelRewrite:
             "totals_merged.sql": TOTALS_MERGED,
             "totals_late.sql": TOTALS_LATE,
             "kept.sql": KEPT,
+            "kept_totals.sql": KEPT_TOTALS,
             "sources.yml": SOURCES_YML,
         }
 
@@ -404,12 +411,16 @@ class TestSmallModelRewrite:
         src = create_src(project)
         schema = project.test_schema
         project.run_sql(
-            f"insert into {src} values (1, 1, 10), (2, 1, 20), (3, 2, 5), (4, 3, 7), (5, 3, 2)"
+            f"insert into {src} values (1, 1, 10), (2, 1, 20), (3, 2, 5), (4, 3, 7), (5, 3, 2), "
+            "(8, 3, 7)"
         )
         run_dbt(["run"])
-        # only group 3 changes: its n and total, and kept loses (5, 3, 2) and gains (5, 3, 9)
+        # only group 3 changes: its n and total; kept loses (3, 2) and both copies of (3, 7)
+        # (netted: one row of weight -2, read downstream as two rows of -1) and gains (3, 9)
+        # and (3, 1)
         project.run_sql(f"update {src} set v = 9 where id = 5")
         project.run_sql(f"insert into {src} values (6, 3, 1)")
+        project.run_sql(f"delete from {src} where id in (4, 8)")
         results = run_dbt(["run"])
 
         totals = by_name(results, "totals").adapter_response
@@ -424,6 +435,9 @@ class TestSmallModelRewrite:
         kept = by_name(results, "kept").adapter_response
         assert kept["write"] == "rewrite", kept
         assert self.last_commit(project, "kept")["operationParameters"]["mode"] == "Overwrite"
+        # kept's overwrite read netted: its 6 rows out and 5 in again are 5 rows that differ
+        kept_totals = by_name(results, "kept_totals").adapter_response
+        assert kept_totals["changes_read"] == 5, kept_totals
 
         merged = by_name(results, "totals_merged").adapter_response
         assert merged["write"] == "", merged
@@ -436,8 +450,8 @@ class TestSmallModelRewrite:
 
         groups = f"select k, count(*), sum(v) from {src} group by k"
         expected = Counter(tuple(r) for r in project.run_sql(groups, fetch="all"))
-        assert expected[(3, 3, 17)] == 1, expected
-        for name in ("totals", "totals_merged", "totals_late"):
+        assert expected[(3, 2, 10)] == 1, expected
+        for name in ("totals", "totals_merged", "totals_late", "kept_totals"):
             assert rows(project, f"{schema}.{name}") == expected, name
         positive = f"select k, v from {src} where v > 0"
         expected = Counter(tuple(r) for r in project.run_sql(positive, fetch="all"))

@@ -256,3 +256,16 @@ def test_bound_predicates_are_literals_or_nothing():
     )
     assert "CAST(unix_micros(v0) AS STRING) AS v0" in texts
     assert "CAST(v1 AS STRING) AS v1" in texts and "CAST(NULL AS STRING) AS v2" in texts
+
+
+def test_netted_rows_are_one_row_per_copy_with_a_unit_weight():
+    statement = sql.netted_rows("(feed)", COLS)
+    parses(statement)
+    # netted first (rows that cancel out disappear), then each copy a row of weight +1 or -1
+    assert "GROUP BY `room`, `n` HAVING SUM(_streamsql_weight) <> 0" in statement
+    assert statement.startswith(
+        "SELECT `room`, `n`, CAST(sign(_streamsql_weight) AS BIGINT) AS _streamsql_weight FROM ("
+    )
+    assert statement.endswith(
+        "explode(sequence(1, abs(_streamsql_weight))) copies AS _streamsql_copies"
+    )

@@ -229,6 +229,17 @@ def consolidate(change_view: str, columns: Sequence[Column]) -> str:
     )
 
 
+def netted_rows(change_view: str, columns: Sequence[Column]) -> str:
+    """`consolidate`, then one row per copy (weight +1 or -1), as a change feed gives them: the
+    form every plan reads an input's change in (an aggregate's sums take each row once)."""
+    cols = column_list(columns)
+    return (
+        f"SELECT {cols}, CAST(sign({WEIGHT}) AS BIGINT) AS {WEIGHT} "
+        f"FROM ({consolidate(change_view, columns)}) "
+        f"LATERAL VIEW explode(sequence(1, abs({WEIGHT}))) copies AS {COPIES}"
+    )
+
+
 def change_counts(net_view: str) -> str:
     """Rows the change inserts and deletes, and the largest number of copies of one row."""
     counts = ", ".join(

@@ -255,8 +255,8 @@ def bind_inputs(
             read = f"the changes of {name} versions {before + 1}..{now}"
         if (change.replaced or change.rewritten) and sql.groupable(cols):
             # a replacement's or an overwrite's feed is every row out and in again: netted,
-            # the rows that differ
-            change_sql = sql.consolidate(f"({change_sql})", cols)
+            # the rows that differ, one row per copy
+            change_sql = sql.netted_rows(f"({change_sql})", cols)
             read += ", netted (" + ("replaced in place" if change.replaced else "overwritten") + ")"
             change.rows = change.removals = None
         counted = change.rows is not None and change.removals is not None
