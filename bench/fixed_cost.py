@@ -281,6 +281,12 @@ def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
             [{name[len(TWIN) :]: node for name, node in nodes.items()} for nodes in rebuilds]
         ),
         "no_change_wall_s": floor_walls,
+        # per model, in how many steps it was written whole (a small model whose step removed
+        # rows: `rewrite_when_small`) instead of appended or MERGEd
+        "rewrites": {
+            n: sum(1 for nodes in steps if nodes[n].adapter.get("write") == "rewrite")
+            for n in steps[-1]
+        },
         "statements_per_step": {n: len(node.statements) for n, node in steps[-1].items()},
         "statements_per_no_change": {n: len(node.statements) for n, node in floors[-1].items()},
         "steps": [{n: node.execution_time for n, node in nodes.items()} for nodes in steps],
@@ -535,6 +541,13 @@ def report(results: Dict[str, Any]) -> str:
         + ".",
         "",
     ]
+    if "rewrites" in results:
+        written = [f"{n} {c}" for n, c in results["rewrites"].items() if c]
+        lines += [
+            f"Models written whole (`rewrite_when_small`), in how many of the "
+            f"{len(results['steps'])} steps: " + (", ".join(written) or "none") + ".",
+            "",
+        ]
     for name, statements in results.get("step_statements", {}).items():
         total = sum(span for span, _ in statements)
         lines += [
