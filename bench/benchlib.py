@@ -108,6 +108,13 @@ class Dbt:
                 self._cpu_at[(name, node.split(".")[-1])] = self.cpu.seconds()
                 self._time_at[(name, node.split(".")[-1])] = time.monotonic()
 
+    def parse(self, extra: Sequence[str] = ()) -> None:
+        """`dbt parse` (untimed): the next runs with the same `extra` (say, --vars) reuse it."""
+        args = ["parse", *extra, "--project-dir", str(self.work), "--profiles-dir", str(self.work)]
+        result = self.runner.invoke([*args, "--quiet"])
+        if not result.success:
+            raise RuntimeError(f"dbt {' '.join(args)} failed: {result.exception}")
+
     def run(
         self, select: Sequence[str], extra: Sequence[str] = (), check: bool = True
     ) -> Tuple[float, Dict[str, NodeRun]]:
@@ -195,6 +202,19 @@ def median(values: Sequence[float]) -> float:
 
 def scalar(spark: Any, query: str) -> Any:
     return spark.sql(query).collect()[0][0]
+
+
+def multiset_fingerprint(spark: Any, query: str, columns: Sequence[str]) -> Tuple[Any, ...]:
+    """One pass over `query`: its row count and two sums of 64-bit hashes of its rows (in a
+    DECIMAL, so no sum overflows). Equal multisets give equal fingerprints; different ones
+    give different fingerprints but with a negligible chance (a cheap check after every step;
+    `multiset_difference` is the exact one)."""
+    cols = ", ".join(columns)
+    row = spark.sql(
+        f"SELECT COUNT(*) AS n, SUM(CAST(xxhash64({cols}) AS DECIMAL(38, 0))) AS a, "
+        f"SUM(CAST(hash({cols}) AS DECIMAL(38, 0))) AS b FROM ({query})"
+    ).collect()[0]
+    return (int(row["n"]), row["a"], row["b"])
 
 
 def multiset_difference(spark: Any, left: str, right: str) -> Tuple[int, int]:

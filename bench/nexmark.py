@@ -40,6 +40,7 @@ from benchlib import (
     machine_lines,
     median,
     multiset_difference,
+    multiset_fingerprint,
     scalar,
     start_session,
     use_adapter_revision,
@@ -61,6 +62,11 @@ MODEL_SUFFIX = {"view": "view", "table": "table", "incremental": "incr"}
 
 def model_name(query: str, approach: str) -> str:
     return f"{query}_{MODEL_SUFFIX.get(approach, 'stream')}"
+
+
+def merge_var(query: str) -> str:
+    """The dbt var holding the incremental model's MERGE predicate for the next run."""
+    return f"nexmark_{query}_merge_predicate"
 
 
 # -- the dbt project ----------------------------------------------------------------------------
@@ -90,8 +96,12 @@ def write_project(
                 q.incremental,
             )
         for approach, (config, sql) in models.items():
+            settings = [f"{k}={v!r}" for k, v in config.items()]
+            if approach == "incremental" and q.merge_predicate:
+                # computed before each step (Bench.merge_vars): the MERGE prunes the target
+                settings.append(f"incremental_predicates=[var({merge_var(q.name)!r}, 'true')]")
             text = "{{ config(%s) }}\n%s\n" % (
-                ", ".join(f"{k}={v!r}" for k, v in config.items()),
+                ", ".join(settings),
                 render(sql, refs, this="{{ this }}"),
             )
             (work / "models" / f"{model_name(q.name, approach)}.sql").write_text(text)
@@ -180,16 +190,37 @@ class Bench:
             if "incremental" in approaches and not q.incremental:
                 self.unsupported[(q.name, "incremental")] = "no correct filter: " + q.no_incremental
         self.streams = {q.name: StreamJob(spark, q, work) for q in self.queries}
+        self.vars: List[str] = []  # dbt's --vars for every run of the current step
+        self.wall: Dict[str, float] = {}  # per approach, its last run's wall time
+
+    def prepare_step(self) -> None:
+        """Untimed, before a step's runs: each incremental model's MERGE predicate from its
+        table as it is now (the bound its own filter computes in the run), passed as dbt vars
+        to every approach's run of the step, and parsed once, so that no timed run re-parses."""
+        if "incremental" not in self.approaches:
+            return
+        predicates = {}
+        for q in self.active("incremental"):
+            if not q.merge_predicate:
+                continue
+            table = f"{TARGET_SCHEMA}.{model_name(q.name, 'incremental')}"
+            bound = self.spark.sql(render(q.merge_bound, {}, this=table)).collect()[0][0]
+            predicates[merge_var(q.name)] = q.merge_predicate.format(bound=bound)
+        self.vars = ["--vars", json.dumps(predicates)]
+        self.dbt.parse(self.vars)
 
     def active(self, approach: str) -> List[Query]:
         return [q for q in self.queries if (q.name, approach) not in self.unsupported]
 
     def run_approach(self, approach: str, phase: str) -> Dict[str, Dict[str, Any]]:
-        """Runs one approach on every query it supports; per query: seconds, heap peak, extra."""
+        """Runs one approach on every query it supports; per query: seconds, heap peak, extra.
+        The whole run's wall time (the `dbt run`, or every streaming query's run) goes to
+        `self.wall[approach]`."""
         out: Dict[str, Dict[str, Any]] = {}
         queries = self.active(approach)
         if not queries:
             return out
+        run_started = time.monotonic()
         if approach == "stream":
             for q in queries:
                 started = time.monotonic()
@@ -203,9 +234,10 @@ class Bench:
                     "seconds": finished - started,
                     "heap_peak_mib": self.memory.peak(started, finished),
                 }
+            self.wall[approach] = time.monotonic() - run_started
             return out
         names = {model_name(q.name, approach): q.name for q in queries}
-        _, nodes = self.dbt.run(list(names), check=False)
+        self.wall[approach], nodes = self.dbt.run(list(names), self.vars, check=False)
         for node_name, node in nodes.items():
             query = names[node_name]
             if node.status != "success":
@@ -249,8 +281,17 @@ class Bench:
         print(f"  {query} {approach}: FAILED in {phase}: {first_line[:300]}", flush=True)
         self.unsupported[(query, approach)] = f"failed in {phase}: {message.strip()[:2000]}"
 
-    def run_all(self, phase: str) -> Dict[str, Any]:
-        return {a: self.run_approach(a, phase) for a in self.approaches}
+    def run_all(self, phase: str, turn: int = 0) -> Dict[str, Any]:
+        """One step of every approach, the order rotated by `turn` (the step's number), so
+        that no approach always runs first after the append, or right after another."""
+        self.prepare_step()
+        self.wall = {}
+        shift = turn % len(self.approaches)
+        order = self.approaches[shift:] + self.approaches[:shift]
+        out: Dict[str, Any] = {a: self.run_approach(a, phase) for a in order}
+        out["order"] = order
+        out["wall_s"] = dict(self.wall)
+        return out
 
 
 def run_history(
@@ -290,7 +331,13 @@ def run_history(
                 "appended": appended,
                 "load_average": os.getloadavg()[0],
             }
-            record.update(bench.run_all(f"step {number} of {step_events:,} events"))
+            record.update(bench.run_all(f"step {number} of {step_events:,} events", number))
+            started = time.monotonic()
+            record["checks"] = verify(spark, bench, exact=False)
+            record["check_s"] = time.monotonic() - started
+            different = [c for c in record["checks"] if c.get("equal") is False]
+            for check in different:
+                say(f"step {number}: {check['query']} {check['approach']}: {check['verdict']}")
             size["steps"].append(record)
             say(
                 f"{step_events:,} events, step {number}: "
@@ -303,7 +350,7 @@ def run_history(
 
     out["floor"] = []
     for number in range(1, args.floor_runs + 1):
-        record = bench.run_all(f"no-change step {number}")
+        record = bench.run_all(f"no-change step {number}", number)
         out["floor"].append(record)
         say(
             f"no-change step {number}: "
@@ -330,8 +377,10 @@ def run_history(
     return out
 
 
-def verify(spark: Any, bench: Bench) -> List[Dict[str, Any]]:
-    """Each approach's result vs. the `table` model's, as multisets of the query's columns."""
+def verify(spark: Any, bench: Bench, exact: bool = True) -> List[Dict[str, Any]]:
+    """Each approach's result vs. the `table` model's, as multisets of the query's columns:
+    `exact`, EXCEPT ALL both ways (after the last step); else by fingerprint (after every step,
+    `multiset_fingerprint`: one pass over each table)."""
     checks = []
     tables = {row["tableName"] for row in spark.sql(f"SHOW TABLES IN {TARGET_SCHEMA}").collect()}
     for q in bench.queries:
@@ -341,7 +390,8 @@ def verify(spark: Any, bench: Bench) -> List[Dict[str, Any]]:
                 {"query": q.name, "approach": "table", "verdict": "no reference", "equal": None}
             )
             continue
-        columns = ", ".join(f"`{c}`" for c in spark.table(f"{TARGET_SCHEMA}.{reference}").columns)
+        names = [f"`{c}`" for c in spark.table(f"{TARGET_SCHEMA}.{reference}").columns]
+        columns = ", ".join(names)
         rows = int(scalar(spark, f"SELECT COUNT(*) FROM {TARGET_SCHEMA}.{reference}"))
         for approach in bench.approaches:
             if approach == "table" or (q.name, approach) in bench.unsupported:
@@ -373,6 +423,18 @@ def verify(spark: Any, bench: Bench) -> List[Dict[str, Any]]:
                     f" on the {compared:,} of {rows:,} rows of windows closed by the "
                     f"stream's watermark {watermark} ({closed})"
                 )
+            if not exact:
+                mine, theirs = (multiset_fingerprint(spark, x, names) for x in (left, right))
+                checks.append(
+                    {
+                        "query": q.name,
+                        "approach": approach,
+                        "equal": mine == theirs,
+                        "verdict": f"{'EQUAL' if mine == theirs else 'DIFFERENT'} by fingerprint "
+                        f"({mine[0]:,} rows against {theirs[0]:,}{scope})",
+                    }
+                )
+                continue
             only_other, only_table = multiset_difference(spark, left, right)
             equal = only_other == 0 and only_table == 0
             checks.append(
@@ -413,6 +475,8 @@ def summarize(out: Dict[str, Any], bench: Bench) -> Dict[str, Any]:
                 ]
                 row[approach] = {
                     "step_s": median([s["seconds"] for s in steps]),
+                    "step_mean_s": sum(s["seconds"] for s in steps) / len(steps),
+                    "steps": len(steps),
                     "step_min_s": min(s["seconds"] for s in steps),
                     "step_max_s": max(s["seconds"] for s in steps),
                     "floor_s": median([f["seconds"] for f in floors]),
@@ -454,13 +518,17 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
         "(one `dbt run` of all its models, one step each), `table` (one `dbt run`: the full "
         "rebuild), `incremental` (one `dbt run`: dbt-spark merge with a hand-written "
         "`is_incremental()` filter) and Structured Streaming (per query: start, "
-        "`trigger(availableNow=True)`, foreachBatch into Delta, wait). Queries and variants: "
+        "`trigger(availableNow=True)`, foreachBatch into Delta, wait; RocksDB state store). "
+        "The dbt-spark `incremental` models carry `incremental_predicates` (their filter's bound "
+        "on a unique_key column, computed before each step), so that their MERGE skips the "
+        "target's files. The approaches' order rotates from step to step. Queries and variants: "
         "`bench/nexmark/queries.py`.",
         "",
         "Time is the node's `execution_time` from dbt's run results (streaming: start to end of "
-        "the availableNow run), median over the steps; floor: median of steps with no new "
-        "events. Peak heap: the largest JVM heap in use (MemoryMXBean, sampled 4x/s, garbage "
-        "not yet collected included) while that query ran, over all its steps and floors. All "
+        "the availableNow run), median over the steps (mean, min and max under each size); "
+        "floor: median of steps with no new events. Peak heap: the largest JVM heap in use "
+        "(MemoryMXBean, sampled 4x/s, garbage not yet collected included) while that query "
+        "ran, over all its steps and floors. All "
         "approaches share one JVM (`spark.driver.memory` "
         f"{info.get('spark.driver.memory')}); its peak RSS over the whole run was "
         f"{results.get('jvm_rss_peak_mib', float('nan')):,.0f} MiB.",
@@ -511,6 +579,7 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
                     + f" | {LABELS[fastest] if fastest else '-'}"
                     f" | {floors} | {heaps} |"
                 )
+            lines += spread_lines(history, int(size_key), per_query, approaches)
     lines += [
         "",
         "## Plans of the incremental views",
@@ -550,6 +619,31 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
             )
     lines += [
         "",
+        "After every step (untimed), each approach against the `table` model by fingerprint "
+        "(row count and two sums of 64-bit row hashes, one pass over each table):",
+        "",
+    ]
+    for history in results["histories"]:
+        tally: Dict[Tuple[str, str], List[int]] = {}
+        for size in history["step_sizes"]:
+            for step in size["steps"]:
+                for check in step.get("checks", []):
+                    if check.get("equal") is None:
+                        continue
+                    seen = tally.setdefault((check["query"], check["approach"]), [0, 0])
+                    seen[0] += bool(check["equal"])
+                    seen[1] += 1
+        if tally:
+            lines.append(
+                f"- {history['history_bids']:,} bids: "
+                + "; ".join(
+                    f"{query} {approach} equal after {equal} of {steps} steps"
+                    for (query, approach), (equal, steps) in sorted(tally.items())
+                )
+                + "."
+            )
+    lines += [
+        "",
         "## Every step",
         "",
         "Seconds per query and approach; load = 1-minute load "
@@ -561,12 +655,14 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
             lines += [
                 f"{history['history_bids']:,} bids, steps of {size['step_events']:,} events:",
                 "",
-                "| step | load | " + " | ".join(approaches) + " |",
-                "|---:|---:|" + "---|" * len(approaches),
+                "| step | load | order | " + " | ".join(approaches) + " |",
+                "|---:|---:|---|" + "---|" * len(approaches),
             ]
             for step in size["steps"]:
                 lines.append(
                     f"| {step['step']} | {step['load_average']:.1f} | "
+                    + ", ".join(step.get("order", approaches))
+                    + " | "
                     + " | ".join(
                         " ".join(f"{q} {r['seconds']:.1f}" for q, r in step[a].items())
                         for a in approaches
@@ -591,6 +687,47 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
     name = results.get("output_name", "nexmark")
     lines += ["", f"Raw numbers: `{name}.json`. Plot: `{name}.png`.", ""]
     path.write_text("\n".join(lines))
+
+
+def spread_lines(
+    history: Dict[str, Any], step_events: int, per_query: Dict[str, Any], approaches: List[str]
+) -> List[str]:
+    """Mean / median / min / max per query and approach, and the whole runs' wall time."""
+    lines = [
+        "",
+        "Seconds per step, mean / median / min - max over the steps:",
+        "",
+        "| query | " + " | ".join(LABELS[a] for a in approaches) + " |",
+        "|---|" + "---|" * len(approaches),
+    ]
+    for query, row in per_query.items():
+        cells = [
+            f"{row[a]['step_mean_s']:.2f} / {row[a]['step_s']:.2f} / "
+            f"{row[a]['step_min_s']:.2f} - {row[a]['step_max_s']:.2f}"
+            if a in row and row[a].get("step_mean_s") is not None
+            else "-"
+            for a in approaches
+        ]
+        lines.append(f"| {query} | " + " | ".join(cells) + " |")
+    size = next((s for s in history["step_sizes"] if s["step_events"] == step_events), None)
+    walls = (
+        {a: [s["wall_s"][a] for s in size["steps"] if a in s.get("wall_s", {})] for a in approaches}
+        if size
+        else {}
+    )
+    if any(walls.values()):
+        lines += [
+            "",
+            "Whole run per step (the `dbt run` of all of an approach's models, dbt's start, parse "
+            "check and end included; streaming: every query's run), median (min - max): "
+            + "; ".join(
+                f"{LABELS[a]} {median(w):.1f} s ({min(w):.1f} - {max(w):.1f})"
+                for a, w in walls.items()
+                if w
+            )
+            + ".",
+        ]
+    return lines
 
 
 def fastest_approach(row: Dict[str, Any]) -> Optional[str]:
@@ -826,6 +963,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         adapter_commit = use_adapter_revision(args.adapter_rev, work / "adapter-src")
     target = write_project(work, args.driver_memory, queries, approaches)
     spark = start_session(target)
+    # What Structured Streaming's users run for stateful queries (a session setting: every
+    # streaming query of the run starts with it; the other approaches keep no streaming state).
+    spark.conf.set(
+        "spark.sql.streaming.stateStore.providerClass",
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    )
     memory = MemorySampler(spark)
     dbt = Dbt(work)
     bench = Bench(spark, dbt, memory, work, queries, approaches, args)
@@ -852,6 +995,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         failed += [
             f"{history_bids:,} bids: {c['query']} {c['approach']}: {c['verdict']}"
             for c in history["verification"]
+            if c.get("equal") is False
+        ]
+        failed += [
+            f"{history_bids:,} bids, {size['step_events']:,}-event step {step['step']}: "
+            f"{c['query']} {c['approach']}: {c['verdict']}"
+            for size in history["step_sizes"]
+            for step in size["steps"]
+            for c in step.get("checks", [])
             if c.get("equal") is False
         ]
         results["elapsed_s"] = time.monotonic() - started

@@ -42,6 +42,12 @@ class Query:
     incremental: Optional[str] = None
     unique_key: List[str] = field(default_factory=list)
     no_incremental: str = ""
+    # The incremental model's `incremental_predicates`, so that its MERGE skips the target's
+    # files: `merge_predicate` with {bound} replaced by what `merge_bound` (a query over @this,
+    # one string) returns before the step. It is the filter's own bound, on a unique_key column:
+    # every target row a source row can match satisfies it.
+    merge_predicate: str = ""
+    merge_bound: str = ""
     view_config: Dict[str, object] = field(default_factory=dict)
     stream_mode: str = "append"
     stream_key: List[str] = field(default_factory=list)
@@ -49,6 +55,10 @@ class Query:
     # is compared with the others on the rows this predicate keeps (@watermark: the stream's
     # watermark at its last batch), the windows that are closed for sure.
     stream_closed: str = ""
+
+
+def _bound(value: str) -> str:
+    return f"select cast({value} as string) from @this"
 
 
 def _since(column: str, lookback: str, this_column: str = "date_time") -> str:
@@ -158,6 +168,10 @@ QUERIES: Dict[str, Query] = {
             + _since("date_time", LOOKBACK)
             + "{% endif %}",
             unique_key=["auction", "bidder", "date_time"],
+            merge_predicate="DBT_INTERNAL_DEST.date_time > timestamp'{bound}'",
+            merge_bound=_bound(
+                f"coalesce(max(date_time), timestamp'1970-01-01 00:00:00') - {LOOKBACK}"
+            ),
         ),
         Query(
             "q1",
@@ -169,6 +183,10 @@ QUERIES: Dict[str, Query] = {
             + _since("date_time", LOOKBACK)
             + "{% endif %}",
             unique_key=["auction", "bidder", "date_time"],
+            merge_predicate="DBT_INTERNAL_DEST.date_time > timestamp'{bound}'",
+            merge_bound=_bound(
+                f"coalesce(max(date_time), timestamp'1970-01-01 00:00:00') - {LOOKBACK}"
+            ),
         ),
         Query(
             "q2",
@@ -192,6 +210,8 @@ QUERIES: Dict[str, Query] = {
             incremental=Q3 + "\n{% if is_incremental() %}and A.id > "
             "(select coalesce(max(id), 0) - 60 from @this){% endif %}",
             unique_key=["id"],
+            merge_predicate="DBT_INTERNAL_DEST.id > {bound}",
+            merge_bound=_bound("coalesce(max(id), 0) - 60"),
         ),
         Query(
             "q4",
@@ -242,6 +262,8 @@ QUERIES: Dict[str, Query] = {
             + _WINDOW_CUTOFF.format(col="starttime")
             + "{% endif %}",
             unique_key=["id", "starttime"],
+            merge_predicate="DBT_INTERNAL_DEST.starttime >= timestamp'{bound}'",
+            merge_bound="select cast(" + _WINDOW_CUTOFF.format(col="starttime") + " as string)",
             stream_mode="append",
             stream_closed="starttime < @watermark - INTERVAL 20 SECONDS",
         ),
@@ -284,6 +306,8 @@ QUERIES: Dict[str, Query] = {
             + _WINDOW_CUTOFF.format(col="date_time")
             + "{% endif %}",
             unique_key=["auction", "date_time"],
+            merge_predicate="DBT_INTERNAL_DEST.date_time >= timestamp'{bound}'",
+            merge_bound="select cast(" + _WINDOW_CUTOFF.format(col="date_time") + " as string)",
             view_config={"lateness": {"date_time": "INTERVAL 20 SECONDS"}},
             stream_mode="update",
             stream_key=["auction", "date_time"],
