@@ -839,7 +839,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default=int_list("10K,100K"),
         help="new events (all three tables) per step, e.g. 10K,100K",
     )
-    parser.add_argument("--steps", type=int, default=3, help="measured steps per step size (>= 3)")
+    parser.add_argument("--steps", type=int, default=5, help="measured steps per step size (>= 5)")
     parser.add_argument("--floor-runs", type=int, default=2, help="steps with no new events")
     parser.add_argument(
         "--queries", default=",".join(QUERIES), help=f"comma-separated, of {','.join(QUERIES)}"
