@@ -98,7 +98,7 @@ def write_project(
         for approach, (config, sql) in models.items():
             settings = [f"{k}={v!r}" for k, v in config.items()]
             if approach == "incremental" and q.merge_predicate:
-                # computed before each step (Bench.merge_vars): the MERGE prunes the target
+                # computed before each step (Bench.prepare_step): the MERGE prunes the target
                 settings.append(f"incremental_predicates=[var({merge_var(q.name)!r}, 'true')]")
             text = "{{ config(%s) }}\n%s\n" % (
                 ", ".join(settings),
