@@ -57,15 +57,18 @@ class Query:
     stream_closed: str = ""
 
 
+def _latest_minus(this_column: str, lookback: str) -> str:
+    """The bound an incremental filter reads from @this: its latest value minus `lookback`."""
+    return f"coalesce(max({this_column}), timestamp'1970-01-01 00:00:00') - {lookback}"
+
+
 def _bound(value: str) -> str:
+    """`merge_bound` of a filter bound `value` (an expression over @this)."""
     return f"select cast({value} as string) from @this"
 
 
 def _since(column: str, lookback: str, this_column: str = "date_time") -> str:
-    return (
-        f"{column} > (select coalesce(max({this_column}), timestamp'1970-01-01 00:00:00') "
-        f"- {lookback} from @this)"
-    )
+    return f"{column} > (select {_latest_minus(this_column, lookback)} from @this)"
 
 
 Q0 = "select auction, bidder, price, date_time, extra from @bid"
@@ -144,9 +147,8 @@ group by auction, window(date_time, '10 seconds')"""
 
 # Windows of 10 s: a bid of the next step lands in a window starting after
 # max(window start in the model) - 5 s - 10 s; recompute windows from 20 s before it, completely.
-_WINDOW_CUTOFF = (
-    "(select coalesce(max({col}), timestamp'1970-01-01 00:00:00') - INTERVAL 20 SECONDS from @this)"
-)
+WINDOW_LOOKBACK = "INTERVAL 20 SECONDS"
+_WINDOW_CUTOFF = "(select " + _latest_minus("{col}", WINDOW_LOOKBACK) + " from @this)"
 
 _MERGE_CANNOT_DELETE = (
     "a new bid can take the top spot of a window from rows already written, which must then be "
@@ -169,9 +171,7 @@ QUERIES: Dict[str, Query] = {
             + "{% endif %}",
             unique_key=["auction", "bidder", "date_time"],
             merge_predicate="DBT_INTERNAL_DEST.date_time > timestamp'{bound}'",
-            merge_bound=_bound(
-                f"coalesce(max(date_time), timestamp'1970-01-01 00:00:00') - {LOOKBACK}"
-            ),
+            merge_bound=_bound(_latest_minus("date_time", LOOKBACK)),
         ),
         Query(
             "q1",
@@ -184,9 +184,7 @@ QUERIES: Dict[str, Query] = {
             + "{% endif %}",
             unique_key=["auction", "bidder", "date_time"],
             merge_predicate="DBT_INTERNAL_DEST.date_time > timestamp'{bound}'",
-            merge_bound=_bound(
-                f"coalesce(max(date_time), timestamp'1970-01-01 00:00:00') - {LOOKBACK}"
-            ),
+            merge_bound=_bound(_latest_minus("date_time", LOOKBACK)),
         ),
         Query(
             "q2",
@@ -263,7 +261,7 @@ QUERIES: Dict[str, Query] = {
             + "{% endif %}",
             unique_key=["id", "starttime"],
             merge_predicate="DBT_INTERNAL_DEST.starttime >= timestamp'{bound}'",
-            merge_bound="select cast(" + _WINDOW_CUTOFF.format(col="starttime") + " as string)",
+            merge_bound=_bound(_latest_minus("starttime", WINDOW_LOOKBACK)),
             stream_mode="append",
             stream_closed="starttime < @watermark - INTERVAL 20 SECONDS",
         ),
@@ -307,7 +305,7 @@ QUERIES: Dict[str, Query] = {
             + "{% endif %}",
             unique_key=["auction", "date_time"],
             merge_predicate="DBT_INTERNAL_DEST.date_time >= timestamp'{bound}'",
-            merge_bound="select cast(" + _WINDOW_CUTOFF.format(col="date_time") + " as string)",
+            merge_bound=_bound(_latest_minus("date_time", WINDOW_LOOKBACK)),
             view_config={"lateness": {"date_time": "INTERVAL 20 SECONDS"}},
             stream_mode="update",
             stream_key=["auction", "date_time"],
