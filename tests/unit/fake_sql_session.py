@@ -83,6 +83,7 @@ class FakeTable:
     size_bytes: int = 1000  # its data files' size (DESCRIBE DETAIL)
     num_files: int = 1  # its data files: one more per write, one after an OPTIMIZE
     location: Optional[str] = None  # where its files are (DESCRIBE DETAIL), if a test says
+    provider: str = "delta"  # its format, as SHOW TABLE EXTENDED names it
 
     def commit(
         self,
@@ -278,6 +279,7 @@ class FakeSqlSession(LaterResets):
                     "sizeInBytes": table.size_bytes,
                     "numFiles": table.num_files,
                     "location": table.location,
+                    "format": table.provider,
                 }
             ]
         match = re.match(r"^DESCRIBE TABLE EXTENDED (\S+)$", statement)
@@ -305,6 +307,14 @@ class FakeSqlSession(LaterResets):
         match = re.match(r"^DESCRIBE QUERY (.*)$", statement, re.S)
         if match:
             return [{"col_name": n, "data_type": t} for n, t in self._describe(match.group(1))]
+        match = re.match(r"^SHOW TABLE EXTENDED IN (\S+) LIKE '(.*)'$", statement)
+        if match:  # a table is a Delta table here; its location only if a test gave it one
+            found = self.tables.get(f"{table_key(match.group(1))}.{match.group(2).lower()}")
+            if found is None:
+                return []
+            where = f"Location: {found.location}\n" if found.location else ""
+            information = f"Type: MANAGED\nProvider: {found.provider}\n{where}"
+            return [{"tableName": match.group(2), "isTemporary": False, "information": information}]
         match = re.match(r"^SHOW TABLES IN (\S+) LIKE '(.*)'$", statement)
         if match:
             wanted = f"{table_key(match.group(1))}.{match.group(2).lower()}"

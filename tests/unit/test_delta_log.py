@@ -130,6 +130,38 @@ def test_a_cached_location_whose_log_is_gone_is_asked_of_the_catalog(tmp_path):
     assert session.statements == ["SHOW TABLES IN `demo` LIKE 't'"]
 
 
+def test_the_file_reader_asks_the_metastore_where_a_table_dbt_did_not_list_is(tmp_path):
+    """A source outside the schemas dbt lists: one SHOW TABLE EXTENDED, which reads the
+    metastore only (DESCRIBE DETAIL would rebuild the table's file list to give its size)."""
+    session = FakeSqlSession()
+    session.create_source("demo.src", [("id", "bigint")])
+    session.tables["demo.src"].location = delta_table_files(tmp_path / "src")
+    reader = FileDeltaLog(SqlDeltaLog(session), "run-3")
+    assert reader.snapshot("demo.src").version == 0
+    assert reader.version("demo.src") == 0
+    assert session.statements == ["SHOW TABLE EXTENDED IN `demo` LIKE 'src'"]
+
+
+@pytest.mark.parametrize("provider, name", [("parquet", "demo.p"), ("delta", "demo.`odd-name`")])
+def test_the_file_reader_asks_describe_detail_what_the_metastore_does_not_say(
+    tmp_path, provider, name
+):
+    """Not shown as Delta, or a name SHOW TABLE EXTENDED's pattern cannot match as itself:
+    DESCRIBE DETAIL, whose answer (or error) says what the table is."""
+    session = FakeSqlSession()
+    session.create_source(name, [("id", "bigint")])
+    table = next(iter(session.tables.values()))
+    table.provider, table.location = provider, delta_table_files(tmp_path / "t")
+    reader = FileDeltaLog(SqlDeltaLog(session), f"run-4-{provider}")
+    if provider == "delta":
+        assert reader.version(name) == 0
+        assert [s.split(" ")[0:2] for s in session.statements] == [["DESCRIBE", "DETAIL"]]
+    else:
+        with pytest.raises(NotDeltaTable):
+            reader.version(name)
+        assert session.statements[0].startswith("SHOW TABLE EXTENDED IN `demo` LIKE 'p'")
+
+
 def test_the_location_of_a_delta_table_in_dbts_relation_cache():
     information = (
         "Catalog: spark_catalog\nDatabase: demo\nTable: m\nType: MANAGED\nProvider: delta\n"

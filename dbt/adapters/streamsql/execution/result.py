@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+# What the step line and adapter_response say of a model written whole (commit/protocol.py).
+WRITE_REWRITE = "rewrite"
+
 
 @dataclass
 class StepResult:
@@ -27,7 +30,7 @@ class StepResult:
     # run that was not a step.
     computed: str = ""
     # How the step wrote the model when not the usual way (an append or a MERGE):
-    # "rewrite" (commit/protocol.py: a small model written whole); "" otherwise.
+    # WRITE_REWRITE (commit/protocol.py: a small model written whole); "" otherwise.
     write: str = ""
     # What the step line adds: a recovery, a retention warning, an ignored column.
     notes: List[str] = field(default_factory=list)
@@ -48,7 +51,7 @@ class StepResult:
             f"{self.applied} (+{self.inserted} -{self.deleted}), late {self.late}, held "
             f"{self.held}, waterline {waterline}; {self.plan} ({self.reason}); "
             f"{self.seconds:.1f} s"
-            + ("; the model written whole (small)" if self.write == "rewrite" else "")
+            + ("; the model written whole (small)" if self.write == WRITE_REWRITE else "")
             + "".join(f"; {note}" for note in self.notes)
         )
 

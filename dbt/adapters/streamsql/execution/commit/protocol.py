@@ -52,7 +52,7 @@ from dbt.adapters.streamsql.execution.pipeline.bounds import (
     key_columns,
     ranges_from,
 )
-from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.result import WRITE_REWRITE, StepResult
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import Column
 
@@ -90,8 +90,6 @@ REWRITTEN_FILE_BYTES = 4 * 2**20
 # in this adapter net it (pipeline/inputs.py), and users who read the feed can turn it off.
 REWRITE_BYTES = 2**20
 PARTITION_OVERWRITE = "spark.sql.sources.partitionOverwriteMode"
-# What the step line and adapter_response say of a model's write.
-WRITE_REWRITE = "rewrite"
 
 
 def commit_step(

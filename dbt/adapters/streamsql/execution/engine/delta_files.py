@@ -24,6 +24,7 @@ from dbt.adapters.streamsql.execution.engine.delta_log import (
     TableSnapshot,
     ask_catalog,
     commit_from_info,
+    name_parts,
     quoted,
 )
 from dbt.adapters.streamsql.planning.plan import Column
@@ -56,12 +57,31 @@ def catalog_type(delta_type: Any) -> str:
 # `SHOW TABLE EXTENDED` dbt ran when the invocation began), or None when it knows nothing.
 KnownLocation = Callable[[str], Optional[str]]
 
+# The location line of `SHOW TABLE EXTENDED`'s information about a table.
+LOCATION_LINE = re.compile(r"^Location: (.+)$", re.MULTILINE)
+# A name `SHOW TABLE EXTENDED ... LIKE` matches as itself (its pattern is a regular expression
+# with `*` and `|` as wildcards).
+PLAIN_NAME = re.compile(r"^\w+$")
+
+
+def delta_location(information: str) -> Optional[str]:
+    """A Delta table's location from `SHOW TABLE EXTENDED`'s information about it; None for
+    another kind of table or a view."""
+    if "Provider: delta" not in information:
+        return None
+    found = LOCATION_LINE.search(information)
+    return found.group(1).strip() if found else None
+
 
 class FileDeltaLog:
     """Reads Delta's log files on this machine's file system; asks `fallback` when it cannot.
 
     Where a table's files are is the catalog's answer: `known` gives it from dbt's relation
-    cache (no statement), else one `DESCRIBE DETAIL` per table and dbt invocation."""
+    cache (no statement), else one `SHOW TABLE EXTENDED` per table and dbt invocation, which
+    reads the metastore only. (`DESCRIBE DETAIL` would also do: it rebuilds the table's file list
+    from its log to give its size, 0.5-1 s after a commit, and the step's read of the table
+    rebuilds it again.) A table that statement does not show as Delta is asked `DESCRIBE
+    DETAIL`, whose error says what it is."""
 
     free_snapshots = True
     VERSION_FILE = re.compile(r"^(\d{20})\.json$")
@@ -135,7 +155,7 @@ class FileDeltaLog:
         Raises TableMissing / NotDeltaTable as SQL does."""
         key = (self.invocation, name)
         if key not in _LOCATIONS:
-            known = self._cached_location(name)
+            known = self._cached_location(name) or self._catalog_location(name)
             if known is None:
                 detail = self._detail(name)
                 if str(detail.get("format") or "").lower() != "delta":
@@ -152,6 +172,24 @@ class FileDeltaLog:
             del _LOCATIONS[key]
             return None
         return log
+
+    def _catalog_location(self, name: str) -> Optional[str]:
+        """A Delta table's location as the metastore gives it; None when it does not say (a
+        table of another kind, a view, a name this cannot ask for, an error)."""
+        schema, table = name_parts(name)
+        if not (PLAIN_NAME.match(schema) and PLAIN_NAME.match(table)):
+            return None
+        try:
+            rows = self.fallback.session.query(f"SHOW TABLE EXTENDED IN `{schema}` LIKE '{table}'")
+        except Exception as exc:  # a missing schema: DESCRIBE DETAIL says so
+            logger.debug(f"SHOW TABLE EXTENDED for {name} failed ({exc}); asking DESCRIBE DETAIL")
+            return None
+        for row in rows:
+            if str(row.get("tableName", "")).lower() == table.lower() and not row.get(
+                "isTemporary"
+            ):
+                return delta_location(str(row.get("information") or ""))
+        return None
 
     def _detail(self, name: str) -> Dict[str, Any]:
         return ask_catalog(self.fallback.session, f"DESCRIBE DETAIL {quoted(name)}")[0]

@@ -6,7 +6,6 @@ connections run on; this module is how a step sends SQL through whichever connec
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from dbt_common.events.functions import fire_event
 from dbt_common.invocation import get_invocation_id
 
 from dbt.adapters.streamsql.execution.engine import connect_client
-from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog
+from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog, delta_location
 from dbt.adapters.streamsql.execution.engine.delta_log import (
     DeltaLogReader,
     JvmDeltaLog,
@@ -122,10 +121,6 @@ def checkpoint_text(name: str, select: str, measures: Dict[str, str], alias: str
     if measures:
         text += f"\n-- measured in the same pass: {measured(name, measures, alias)}"
     return text
-
-
-# The location line of `SHOW TABLE EXTENDED`'s information about a table.
-LOCATION_LINE = re.compile(r"^Location: (.+)$", re.MULTILINE)
 
 
 def write_confs(spark: Any, settings: Sequence[Tuple[str, str]], unset: Sequence[str]) -> None:
@@ -435,11 +430,7 @@ class AdapterSqlSession(LaterResets):
         for relation in relations:
             if str(relation.identifier or "").lower() != table.lower():
                 continue
-            information = str(getattr(relation, "information", None) or "")
-            if "Provider: delta" not in information:
-                return None
-            found = LOCATION_LINE.search(information)
-            return found.group(1).strip() if found else None
+            return delta_location(str(getattr(relation, "information", None) or ""))
         return None
 
     def local_checkpoints(self) -> bool:
