@@ -20,7 +20,7 @@ own log: first with Spark in each process (`keep_warm: false`, a new JVM each), 
 warm server (the default: the first command starts it, the others connect to it), each beside
 `dbt ls` (dbt's own start-up, no Spark) and a `dbt run-operation streamsql_explain` process.
 
-    python bench/fixed_cost.py                      # about 20 minutes on 2 cores
+    python bench/fixed_cost.py                      # about 25 minutes on 2 cores
     python bench/fixed_cost.py --steps 3 --floor-runs 3 --cold-runs 1
 
 Writes bench/results/fixed_cost.md and .json.
