@@ -10,7 +10,9 @@ small sources. In one warm process (dbt in-process through `dbtRunner`, one JVM)
    measured against), taking turns going first; after each step every view must equal its
    twin. A JVM's statements get faster over its first steps as it compiles its hot code (the
    in-process step went 31, 25, 23, 21, 22 s here); the warm server's measured runs follow
-   `--server-warmup` steps of its own, so both JVMs are measured equally warm;
+   `--server-warmup` steps of its own, so both are measured after warm-up steps (the in-process
+   JVM also ran the first build, and a server may still be getting faster after 3: its steps
+   levelled off after about 5 here);
 3. `--floor-runs` runs with no new rows (no model is a step).
 
 Then `--cold-runs` separate `dbt run` processes (a cron job's run), once with no new rows and
@@ -324,7 +326,7 @@ def main(argv: Any = None) -> int:
         type=int,
         default=3,
         help="steps in the warm process before its measured ones, timed and reported apart "
-        "(as --server-warmup for the warm server: both JVMs measured equally warm)",
+        "(as --server-warmup for the warm server: both JVMs measured after warm-up steps)",
     )
     parser.add_argument("--step-rows", type=int, default=40, help="rows appended per step")
     parser.add_argument("--floor-runs", type=int, default=5)
