@@ -245,22 +245,19 @@ def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
         next_id += args.step_rows
         warming = number < args.warmup_steps
         walls: Dict[str, float] = {}
+        runs: Dict[str, Dict[str, NodeRun]] = {}
         # the views' step and the tables' rebuild, in turns first (caches, JIT)
         for which in (names, twins) if number % 2 == 0 else (twins, names):
-            wall, nodes = dbt.run(which)
-            walls["views" if which is names else "tables"] = wall
-            if which is names:
-                assert all(node.adapter.get("applied") is not None for node in nodes.values())
-            if warming:
-                continue
-            if which is names:
-                steps.append(nodes)
-                step_walls.append(wall)
-            else:
-                rebuilds.append(nodes)
-                rebuild_walls.append(wall)
+            kind = "views" if which is names else "tables"
+            walls[kind], runs[kind] = dbt.run(which)
+        assert all(node.adapter.get("applied") is not None for node in runs["views"].values())
         if warming:
             warmup_walls.append([walls["views"], walls["tables"]])
+        else:
+            steps.append(runs["views"])
+            step_walls.append(walls["views"])
+            rebuilds.append(runs["tables"])
+            rebuild_walls.append(walls["tables"])
         differing = differing_views(spark)
         assert not differing, f"step {number + 1}: views differ from their tables: {differing}"
         print(
