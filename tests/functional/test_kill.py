@@ -22,7 +22,7 @@ import json
 import os
 import random
 import signal
-import time
+import subprocess
 from pathlib import Path
 
 from tests.dbt_process import DbtProject
@@ -89,8 +89,9 @@ def test_runs_killed_at_random_moments_never_apply_a_step_twice_or_lose_one(tmp_
     killed = 0
     for _ in range(KILLS):
         process = project.dbt_popen("run")
-        time.sleep(rng.uniform(3, 45))
-        if process.poll() is None:
+        try:  # killed at that moment if still running (no waiting on a run that has ended)
+            process.wait(timeout=rng.uniform(3, 45))
+        except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             killed += 1
         process.communicate(timeout=600)
