@@ -1,5 +1,4 @@
-"""Shared fixtures: one embedded Spark session and one warehouse per test process (the suite
-runs on two pytest-xdist workers, scripts/test.sh), and the order the workers take tests in."""
+"""Shared fixtures: one embedded Spark session and one warehouse for the whole test run."""
 
 import os
 
@@ -67,30 +66,3 @@ def connect_server(tmp_path_factory):
         }
     finally:
         warm_server.stop_server(paths)
-
-
-# scripts/test.sh hands each worker a whole test class or module at a time, in collection order.
-# The longest (CI's --durations: minutes each) come first, so that the last to start are short
-# and neither worker runs alone at the end; the rest keep their order.
-LONGEST_FIRST = (
-    "tests/functional/test_differential.py::TestDifferential",
-    "tests/functional/test_cluster.py",
-    "tests/functional/test_kill.py",
-    "tests/functional/test_differential_lateness.py",
-    "tests/functional/test_packaging.py",
-    "tests/functional/test_operational_faults.py",
-    "tests/functional/test_concurrency.py",
-    "tests/functional/test_demo.py",
-    "tests/functional/test_warm_server.py",
-    "tests/functional/test_differential.py::TestDifferentialOverConnect",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    def rank(item) -> int:
-        for position, prefix in enumerate(LONGEST_FIRST):
-            if item.nodeid.startswith(prefix + "::"):
-                return position
-        return len(LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: within a rank, the collected order
