@@ -3,7 +3,7 @@ gives the model over the new inputs, for every fast-path construct and random ch
 
 Plain temp views bind the placeholders (no Delta, no Hive). For aggregate plans the test does what
 the executor does: build the state from the old inputs, combine it with the group delta and diff
-the output of the changed groups.
+the output of the changed groups. Plans with stages: test_planner_semantics_stages.py.
 """
 
 from __future__ import annotations
@@ -288,9 +288,9 @@ _frames = {}
 
 
 def frame(spark, rows, schema):
-    """A DataFrame of local rows, made once per content (creating them is a large part of the
-    runtime)."""
-    key = (tuple(rows), schema)
+    """A DataFrame of local rows, made once per content and session (creating them is a large
+    part of the runtime; a DataFrame's views go to its own session)."""
+    key = (spark, tuple(rows), schema)
     if key not in _frames:
         _frames[key] = spark.createDataFrame(spark_rows(rows), schema)
     return _frames[key]
@@ -362,17 +362,22 @@ def check_change(spark, sql, plan, old, new, change_sql=None):
     assert all(count >= 0 for count in result.values())
 
 
+def state_schema_of(aggregate, group_delta):
+    """The state table's schema: the state columns, typed as `delta_sql` gives them (the types
+    the planner declares must be those)."""
+    types = {f.name: f.dataType.simpleString() for f in group_delta.schema.fields}
+    for column in aggregate.state_columns:
+        if column.data_type:
+            assert types[column.name] == column.data_type.replace(" ", ""), column
+    return ", ".join(f"{c.name} {types[c.name]}" for c in aggregate.state_columns)
+
+
 def build_state(spark, plan, old):
     """The state after a first step that read `old` (the executor's bootstrap)."""
     register_inputs(spark, ([], []), old)
     aggregate = plan.aggregate
     group_delta = spark.sql(with_bounds(spark, aggregate.delta_sql, aggregate.bounds))
-    names = [c.name for c in aggregate.state_columns]
-    types = {f.name: f.dataType.simpleString() for f in group_delta.schema.fields}
-    for column in aggregate.state_columns:
-        if column.data_type:
-            assert types[column.name] == column.data_type.replace(" ", ""), column
-    state_schema = ", ".join(f"{n} {types[n]}" for n in names)
+    state_schema = state_schema_of(aggregate, group_delta)
     spark.createDataFrame([], state_schema).createOrReplaceTempView(STATE)
     materialize(spark, group_delta, GROUP_DELTA)
     rows = [r for r in spark.sql(aggregate.combine_sql).collect() if r[COUNT] != 0]
