@@ -169,13 +169,7 @@ def aggregate_step(spark, label, aggregate, columns, state, first_step, inserts_
     groups' old state (the `top` aggregate's on a first step from nothing: the model's table
     starts empty, even where the query's old output is a global aggregate's one row).
     """
-    delta_sql = aggregate.delta_sql
-    if (
-        not first_step
-        and aggregate.later_delta_sql is not None
-        and not (aggregate.recompute_check and inserts_only)
-    ):
-        delta_sql = aggregate.later_delta_sql
+    delta_sql = aggregate.delta_form(first_step, inserts_only)
     if first_step:  # a first step reads every input in full: its bounds are `true`
         for bound in aggregate.bounds:
             delta_sql = delta_sql.replace(bound.name, "true")

@@ -179,3 +179,15 @@ def test_only_storage_properties_reach_the_state_and_side_tables():
     }
     assert ModelSettings("m", "s", "m").storage_properties == {}
     assert all(name.startswith("delta.") for name in STORAGE_PROPERTIES)
+
+
+@pytest.mark.parametrize("name", ["waterline_retention", "pending_retention"])
+def test_a_retention_of_none_is_refused_rather_than_guessed(name):
+    """`none` may mean "keep none" or "no retention": the message names both ways to write it."""
+    with pytest.raises(ConfigError) as refused:
+        configs.model_settings("m", "demo", {name: "none"}, False)
+    message = str(refused.value)
+    assert f"Model m: config {name} = 'none' is not a retention" in message
+    assert "'0 seconds'" in message and "'forever'" in message
+    kept = configs.model_settings("m", "demo", {name: "0 seconds"}, False)
+    assert getattr(kept, name) == 0

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.event_time.lateness import KEEP_FOREVER
 from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.recovery.retention import interval_seconds
 
@@ -130,23 +131,22 @@ def _location_root(model: str, name: str, value: Any) -> Optional[str]:
     return f"{value.rstrip('/')}/{model}"
 
 
-FOREVER = ("forever", "none")
-
-
 def _retention(default: Optional[str]) -> Callable[[str, str, Any], Optional[float]]:
     """A retention: an interval ("30 days", "interval 12 hours"), or `forever`; in seconds, None
     for ever."""
 
     def parse(model: str, name: str, value: Any) -> Optional[float]:
         chosen = default if value is None or value == "" else value
-        if chosen is None or (isinstance(chosen, str) and chosen.strip().lower() in FOREVER):
+        if chosen is None or (isinstance(chosen, str) and chosen.strip().lower() == KEEP_FOREVER):
             return None
         seconds = interval_seconds(str(chosen)) if isinstance(chosen, str) else None
         if seconds is None or seconds < 0:
+            # `none` could mean "keep none" as well as "no retention": neither is guessed
             raise ConfigError(
                 f"Model {model}: config {name} = {chosen!r} is not a retention. Write an "
                 f"interval in seconds, minutes, hours, days or weeks (e.g. {name}='30 days' or "
-                f"'interval 12 hours'), or 'forever' to keep every row."
+                f"'interval 12 hours'; '0 seconds' keeps no row past the next clean-up), or "
+                f"'{KEEP_FOREVER}' to keep every row."
             )
         return seconds
 

@@ -155,6 +155,19 @@ class AggregatePlan:
     # None when the output does not name its groups.
     key_columns: Optional[Tuple[str, ...]] = None
 
+    def delta_form(self, first_step: bool, inserts_only: bool) -> str:
+        """The group delta a step computes: `later_delta_sql` after the first step, except where
+        the step only inserts and a MIN/MAX is kept. That form has negative terms even for
+        inserts, which a MIN/MAX takes for deletions of its extreme (and recomputes the group
+        from the inputs): with MIN/MAX, only where something was removed anyway."""
+        if (
+            not first_step
+            and self.later_delta_sql is not None
+            and not (self.recompute_check and inserts_only)
+        ):
+            return self.later_delta_sql
+        return self.delta_sql
+
 
 @dataclass(frozen=True)
 class StagePlan:

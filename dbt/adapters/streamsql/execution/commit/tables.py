@@ -298,9 +298,9 @@ def compact_state_tables(
         record.state_log[name] = [kept, 0, 0]
         if below:
             record.state_dropped_below.update(below)
-            lines = ", ".join(f"{column} below {value}" for column, value in below.items())
             step.result.notes.append(
-                f"dropped the state of final groups ({lines}) from {table}; {kept} group(s) kept"
+                f"dropped the state of final groups ({late.below_lines(below)}) from {table}; "
+                f"{kept} group(s) kept"
             )
 
 

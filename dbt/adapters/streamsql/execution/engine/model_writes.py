@@ -10,6 +10,7 @@ from dbt.adapters.streamsql.execution.engine.statements import (
     column_list,
     null_safe_match,
     quote,
+    row_copies,
 )
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
@@ -141,10 +142,9 @@ def rewrite_change(target: str, net_view: str, columns: Sequence[Column]) -> str
     return rewrite(
         target,
         columns,
-        f"(SELECT {cols} FROM {target} EXCEPT ALL SELECT {cols} FROM {net_view} "
-        f"LATERAL VIEW explode(sequence(1, -{WEIGHT})) copies AS {COPIES} WHERE {WEIGHT} < 0) "
-        f"UNION ALL SELECT {cols} FROM {net_view} "
-        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES} WHERE {WEIGHT} > 0",
+        f"(SELECT {cols} FROM {target} EXCEPT ALL "
+        f"{row_copies(net_view, cols, f'-{WEIGHT}')} WHERE {WEIGHT} < 0) "
+        f"UNION ALL {row_copies(net_view, cols)} WHERE {WEIGHT} > 0",
     )
 
 

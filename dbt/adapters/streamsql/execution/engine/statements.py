@@ -274,6 +274,13 @@ def count_changes(delta_view: str) -> str:
     )
 
 
+def row_copies(source: str, cols: str, count: str = WEIGHT) -> str:
+    """`SELECT cols FROM source`, each row `count` times (by default its weight, at least 1)."""
+    return (
+        f"SELECT {cols} FROM {source} LATERAL VIEW explode(sequence(1, {count})) copies AS {COPIES}"
+    )
+
+
 def insert_copies(
     target: str, net_view: str, columns: Sequence[Column], order: Sequence[Column] = ()
 ) -> str:
@@ -283,10 +290,7 @@ def insert_copies(
     ranges of them.
     """
     cols = column_list(columns)
-    return (
-        f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {net_view} "
-        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES}{order_by(order)}"
-    )
+    return f"INSERT INTO {target} ({cols}) {row_copies(net_view, cols)}{order_by(order)}"
 
 
 def append_change(target: str, change: str, columns: Sequence[Column]) -> str:
@@ -297,8 +301,7 @@ def append_change(target: str, change: str, columns: Sequence[Column]) -> str:
     """
     cols = column_list(columns)
     return (
-        f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {change} "
-        f"LATERAL VIEW explode(sequence(1, {WEIGHT})) copies AS {COPIES} "
+        f"INSERT INTO {target} ({cols}) {row_copies(change, cols)} "
         f"WHERE CASE WHEN {WEIGHT} >= 1 THEN true ELSE raise_error('dbt-streamsql: a change "
         f"taken for inserts only holds a removal; nothing was written, run the step again') END"
     )

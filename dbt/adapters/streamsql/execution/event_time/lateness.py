@@ -165,6 +165,12 @@ def lateness_rules(
 EVERY_COLUMN = "*"
 
 
+def below_lines(lines: Mapping[str, str]) -> str:
+    """Lines below which final groups' state was dropped, as the step line and errors say
+    them: `hour_start below 2024-01-01 04:00:00, ...`."""
+    return ", ".join(f"{column} below {value}" for column, value in lines.items())
+
+
 def _forever(value: object) -> bool:
     return str(value).strip().lower() == KEEP_FOREVER
 

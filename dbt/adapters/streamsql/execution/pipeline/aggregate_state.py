@@ -90,16 +90,7 @@ def changed_groups(
         DroppedStateReached: the change reaches a group below `dropped_below`, whose state
             before the step is no longer there to tell what the change did.
     """
-    delta_sql = aggregate.delta_sql
-    # The form without older versions has negative terms even for inserts, which a MIN/MAX
-    # takes for deletions of its extreme (and recomputes the group from the inputs): with
-    # MIN/MAX, only where something was removed anyway.
-    if (
-        not first_step
-        and aggregate.later_delta_sql is not None
-        and not (aggregate.recompute_check and inserts_only)
-    ):
-        delta_sql = aggregate.later_delta_sql
+    delta_sql = aggregate.delta_form(first_step, inserts_only)
     bind_bounds(ctx, aggregate.bounds, delta_sql, first_step)
     who = aggregate_name(label)
     reads = ctx.bindings.reads(delta_sql)
@@ -138,14 +129,15 @@ def changed_groups(
         + "; how many groups, and their key ranges"
         + ("; may a deletion have removed a group's MIN or MAX?" if shortcut else ""),
     )
-    reached = [
-        f"{rule.column.name} below {dropped[rule.column.name]}"
+    reached = {
+        rule.column.name: dropped[rule.column.name]
         for i, (rule, _, _) in enumerate(final)
         if int(found.get(f"dropped{i}") or 0)
-    ]
+    }
     if reached:
         raise DroppedStateReached(
-            f"a late change reached final groups whose state was dropped ({', '.join(reached)}; "
+            "a late change reached final groups whose state was dropped "
+            f"({late.below_lines(reached)}; "
             "config final_state_retention keeps more)"
         )
     ranges = ranges_from(group_columns(aggregate), GROUP_ALIAS, found, first_step)

@@ -223,11 +223,11 @@ def aggregate_change(
     assert aggregate is not None
     dropped = step.record.state_dropped_below
     ruled = {rule.column.name for rule in lateness}
-    orphaned = [f"{column} below {line}" for column, line in dropped.items() if column not in ruled]
+    orphaned = {column: line for column, line in dropped.items() if column not in ruled}
     if orphaned:  # a group without its state may now take an on-time change: rebuild it all
         raise DroppedStateReached(
-            f"the state of final groups was dropped ({', '.join(orphaned)}), and the model no "
-            "longer declares that lateness: its state is rebuilt"
+            f"the state of final groups was dropped ({late.below_lines(orphaned)}), and the "
+            "model no longer declares that lateness: its state is rebuilt"
         )
     state = state_before(ctx.model.state_table, previous.step, aggregate)
     groups = changed_groups(
