@@ -276,9 +276,15 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
 
 
 def write_project_skeleton(
-    work: Path, name: str, schema: str, driver_memory: str, sources: Dict[str, Sequence[str]]
+    work: Path,
+    name: str,
+    schema: str,
+    driver_memory: str,
+    sources: Dict[str, Sequence[str]],
+    threads: int = 1,
 ) -> Dict[str, Any]:
-    """dbt_project.yml, profiles.yml (embedded session, one thread) and sources.yml in `work`.
+    """dbt_project.yml, profiles.yml (embedded session, `threads` dbt threads) and sources.yml
+    in `work`.
 
     `sources` maps a source schema to its tables. Returns the profile target; the caller writes
     the models under `work / "models"`.
@@ -302,7 +308,7 @@ def write_project_skeleton(
         "schema": schema,
         "warehouse_dir": str(work / "warehouse"),
         "master": "local[2]",
-        "threads": 1,
+        "threads": threads,
         "server_side_parameters": {"spark.driver.memory": driver_memory},
     }
     (work / "profiles.yml").write_text(

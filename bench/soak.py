@@ -2,7 +2,8 @@
 
 A pipeline scheduled every 5 minutes takes 100,000 steps a year; a view must not get slower, nor
 its tables grow in files or state, with the age of the pipeline. This runs `--steps` steps of a
-project of five incremental views in one warm process (dbt in-process, one JVM), each after
+project of five incremental views in one warm process (dbt in-process, one JVM, on `--threads`
+dbt threads), each after
 `--rows` events appended to the source with event time moving on by `--minutes` per step, some
 rows out of order and some too late for the LATENESS model:
 
@@ -11,12 +12,17 @@ rows out of order and some too late for the LATENESS model:
 - `g_k`: a GROUP BY over a key with few values (state bounded by the key);
 - `s_events`: the events with LATENESS 1 HOUR on their event time (late ones quarantined);
 - `w_hourly`: 1-hour windows per key over `s_events`, with LATENESS 1 HOUR on the window's
-  start: the state of windows more than `final_state_retention` (by default that hour) below its
-  waterline is dropped whenever its state table is rewritten.
+  start and `final_state_retention` of a minute (`--retention`): windows start on the hour, so
+  every window below the waterline (final: any change to it is late) has its state dropped at
+  the next rewrite of the state table, which comes as soon as the waterline has moved. The
+  default retention (the lateness) keeps another hour of final windows for late changes; see
+  docs/tables.md.
 
 After every step it records the step's wall time and each model's, and for every table of the
-schema (models, state tables, `__late`, `__waterline`) its files and bytes (`DESCRIBE DETAIL`)
-and, for state tables, their rows. Every `--check-every` steps and after the last, `dbt test`
+schema (models, state tables, `__late`, `__waterline`) its files and bytes (from the checksum
+Delta writes with each version; `DESCRIBE DETAIL` where there is none). For the window
+aggregate's state table it also records its rows and its distinct groups every step, for the
+other state tables every tenth step. Every `--check-every` steps and after the last, `dbt test`
 runs `matches_recompute` on every model (LATENESS applied): the soak stops at the first failure.
 
     python bench/soak.py --steps 1000         # hours on 2 cores
@@ -60,16 +66,17 @@ MODELS = {
         "{{{{ config(lateness={{'ts': 'INTERVAL 1 HOUR'}}) }}}}\nselect id, k, v, ts from {events}"
     ),
     "w_hourly": (
-        "{{{{ config(lateness={{'hour_start': 'INTERVAL 1 HOUR'}}) }}}}\n"
+        "{{{{ config(lateness={{'hour_start': 'INTERVAL 1 HOUR'}}, "
+        "final_state_retention={{'hour_start': '{retention}'}}) }}}}\n"
         "select k, window(ts, '1 hour').start as hour_start, count(*) as n, sum(v) as total "
         "from {{{{ ref('s_events') }}}} group by k, window(ts, '1 hour')"
     ),
 }
 
 
-def write_models(work: Path) -> None:
+def write_models(work: Path, retention: str) -> None:
     for name, sql in MODELS.items():
-        body = sql.format(events=EVENTS, dims=DIMS)
+        body = sql.format(events=EVENTS, dims=DIMS, retention=retention)
         (work / "models" / f"{name}.sql").write_text(
             "{{ config(materialized='incremental_view') }}\n" + body + "\n"
         )
@@ -113,17 +120,37 @@ def append(spark: Any, step: int, rows: int, minutes: int) -> None:
     )
 
 
-def table_sizes(spark: Any) -> Dict[str, Dict[str, int]]:
-    """Files and bytes of every table of the schema; rows of the state tables."""
+def latest_checksum(log: Path) -> Dict[str, Any]:
+    """The checksum file of the table's latest version ({} when that version has none)."""
+    versions = sorted(p for p in log.glob("*.json") if p.stem.isdigit())
+    crc = log / f"{versions[-1].stem}.crc" if versions else None
+    return json.loads(crc.read_text()) if crc and crc.exists() else {}
+
+
+def table_sizes(spark: Any, work: Path, count_all: bool) -> Dict[str, Dict[str, int]]:
+    """Files and bytes of every table of the schema (no Spark job where Delta wrote a checksum
+    for the latest version); rows and distinct groups of the window aggregate's state table,
+    and of every state table when `count_all`."""
+    logs = {p.parent.name: p for p in work.glob(f"warehouse/**/{SCHEMA}.db/*/_delta_log")}
     sizes = {}
     for row in spark.sql(f"SHOW TABLES IN {SCHEMA}").collect():
         name = row["tableName"]
         if row["isTemporary"]:
             continue
-        detail = spark.sql(f"DESCRIBE DETAIL {SCHEMA}.{name}").collect()[0]
-        entry = {"files": int(detail["numFiles"]), "bytes": int(detail["sizeInBytes"])}
-        if "__streamsql_" in name:
-            entry["rows"] = int(spark.sql(f"SELECT COUNT(*) FROM {SCHEMA}.{name}").first()[0])
+        checksum = latest_checksum(logs[name]) if name in logs else {}
+        if "numFiles" in checksum:
+            entry = {"files": int(checksum["numFiles"]), "bytes": int(checksum["tableSizeBytes"])}
+        else:
+            detail = spark.sql(f"DESCRIBE DETAIL {SCHEMA}.{name}").collect()[0]
+            entry = {"files": int(detail["numFiles"]), "bytes": int(detail["sizeInBytes"])}
+        if "__streamsql_" in name and (count_all or name.startswith("w_hourly__")):
+            table = spark.table(f"{SCHEMA}.{name}")
+            groups = [c for c in table.columns if c.startswith("_streamsql_g")]
+            distinct = f"COUNT(DISTINCT {', '.join(groups)})" if groups else "1"
+            counted = spark.sql(
+                f"SELECT COUNT(*) AS n, {distinct} AS g FROM {SCHEMA}.{name}"
+            ).first()
+            entry["rows"], entry["groups"] = int(counted["n"]), int(counted["g"])
         sizes[name] = entry
     return sizes
 
@@ -160,7 +187,12 @@ def summary(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
         for name, notes in s.get("notes", {}).items()
         if any(note.startswith("dropped the state of final groups") for note in notes)
     ]
+    state = "w_hourly__streamsql_state"
+    window_groups = [s["tables"][state]["groups"] for s in after if state in s["tables"]]
+    window_rows = [s["tables"][state]["rows"] for s in after if state in s["tables"]]
     return {
+        "window_state_groups_max": max(window_groups, default=None),
+        "window_state_rows_max": max(window_rows, default=None),
         "recomputed": recomputed,
         "state_dropped": dropped,
         "early_steps": "50-150" if len(walls) >= 150 else "the second quarter",
@@ -189,12 +221,22 @@ def chart(steps: List[Dict[str, Any]], path: Path) -> None:
     axes[1].set_ylabel("files per table")
     axes[1].legend(names, fontsize=6, ncol=2)
     for name in [n for n in names if "__streamsql_" in n]:
-        axes[2].plot(numbers, [s["tables"].get(name, {}).get("rows", 0) for s in steps], lw=0.8)
+        counted = [s for s in steps if "rows" in s["tables"].get(name, {})]
+        axes[2].plot(
+            [s["step"] for s in counted], [s["tables"][name]["rows"] for s in counted], lw=0.8
+        )
     axes[2].set_ylabel("state rows")
     axes[2].set_xlabel("step")
     axes[2].legend([n for n in names if "__streamsql_" in n], fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def dropped_line(dropped: List[str]) -> str:
+    """When final groups' state was dropped: all of it for a short run, else how often."""
+    if len(dropped) <= 12:
+        return ", ".join(dropped) or "never"
+    return f"{len(dropped)} times ({', '.join(dropped[:3])}, ..., {dropped[-1]})"
 
 
 def write_results(args: Any, report: Dict[str, Any]) -> None:
@@ -215,8 +257,14 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
         f"({figures['late_over_early']:.2f}x). `dbt test` (matches_recompute on every model): "
         f"{report['checks']}.",
         "",
+        f"`w_hourly`'s state table after {figures['most_files_after']} (final_state_retention "
+        f"`{args.retention}`): at most {figures['window_state_groups_max']} distinct groups "
+        f"(windows within the lateness, the current and the one before, plus the one a step "
+        f"may open: {KEYS} keys x 3 = {KEYS * 3}), at most {figures['window_state_rows_max']} "
+        "rows (the states steps appended since its last rewrite included).",
+        "",
         "Final groups' state dropped (final_state_retention): "
-        + (", ".join(figures.get("state_dropped", [])) or "never")
+        + dropped_line(figures.get("state_dropped", []))
         + ". Steps that recomputed a model: "
         + (", ".join(figures.get("recomputed", [])) or "none")
         + ".",
@@ -237,6 +285,7 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
     for record in steps[stride - 1 :: stride]:
         state = ", ".join(
             f"{n.split('__streamsql_')[0]}/{n.split('__streamsql_')[1]} {e['rows']}"
+            + (f" ({e['groups']} groups)" if "groups" in e else "")
             for n, e in sorted(record["tables"].items())
             if "rows" in e
         )
@@ -253,6 +302,17 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=300, help="events appended per step")
     parser.add_argument("--minutes", type=int, default=5, help="event time per step")
     parser.add_argument("--check-every", type=int, default=100)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="dbt threads (four models of five are independent, but 2 cores are busy with one)",
+    )
+    parser.add_argument(
+        "--retention",
+        default="INTERVAL 1 MINUTE",
+        help="w_hourly's final_state_retention (a constant expression, or `forever`)",
+    )
     parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-soak"))
     parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
     parser.add_argument("--output-name", default="soak")
@@ -263,8 +323,10 @@ def main() -> int:
         import shutil
 
         shutil.rmtree(work)
-    target = write_project_skeleton(work, "soak", SCHEMA, "4g", {SOURCE: ["events", "dims"]})
-    write_models(work)
+    target = write_project_skeleton(
+        work, "soak", SCHEMA, "4g", {SOURCE: ["events", "dims"]}, threads=args.threads
+    )
+    write_models(work, args.retention)
     spark = start_session(target)
     info = machine_info(spark)
     create_sources(spark)
@@ -285,7 +347,7 @@ def main() -> int:
                 # what a step did besides its change: compactions, dropped state, recomputes
                 "notes": {n: node.adapter.get("notes") or [] for n, node in nodes.items()},
                 "computed": {n: node.adapter.get("computed", "") for n, node in nodes.items()},
-                "tables": table_sizes(spark),
+                "tables": table_sizes(spark, work, count_all=number % 10 == 0),
             }
         )
         if number % args.check_every == 0 or number == args.steps:
