@@ -148,6 +148,24 @@ MODELS: Dict[str, tuple] = {
         "linear",
         None,
     ),
+    # stages whose window a LATENESS column carries: their final groups' state is dropped too
+    "stage_windows": (  # an aggregate over an aggregate, grouped by the window it carries
+        iv({"window_start": "INTERVAL 1 HOUR"})
+        + "select window_start, count(*) as keys, sum(c) as c, max(c) as busiest from "
+        f"(select window(ts, '1 hour').start as window_start, k, count(*) as c from {EVENTS} "
+        "group by window(ts, '1 hour'), k) w group by window_start",
+        "aggregate",
+        Rule("window_start", HOUR),
+    ),
+    "stage_union": (  # UNION ALL branches, each an aggregate (a stage) of its own
+        iv({"window_start": "INTERVAL 1 HOUR"})
+        + f"select window(ts, '1 hour').start as window_start, 'hour' as span, count(*) as c, "
+        f"min(v) as min_v from {EVENTS} group by window(ts, '1 hour') union all "
+        f"select window(ts, '30 minutes').start as window_start, 'half' as span, count(*) as c, "
+        f"min(v) as min_v from {EVENTS} group by window(ts, '30 minutes')",
+        "linear",
+        Rule("window_start", HOUR),
+    ),
     "chain_of_late": (  # no lateness: equals its SELECT over late_project_filter's contents
         "{{ config(materialized='incremental_view') }}\n"
         "select k, count(*) as c, sum(v2) as sum_v2, max(ts) as last_ts "
@@ -169,6 +187,8 @@ INPUTS = {
     "final_tumbling": ["events"],
     "final_hourly": ["events"],
     "final_downstream": ["final_tumbling"],
+    "stage_windows": ["events"],
+    "stage_union": ["events"],
 }
 # Models with emit_final: they hold the groups of the oracle's model that are final, i.e. whose
 # lateness column is below the waterline after the step (docs/lateness-and-watermark.md).
@@ -605,3 +625,8 @@ class TestDifferentialLateness:
         print("\n".join(n for n in notes if "state" in n))
         if STEPS > COMPACT_AFTER + 1:  # a state table was rewritten, and dropped final groups
             assert any("dropped the state of final groups" in note for note in notes), notes
+            # so were the stages' (planning/stage_lateness.py), each of them
+            for stage in ("stage_windows__streamsql_stage0", "stage_union__streamsql_stage0"):
+                assert any(
+                    "dropped the state of final groups" in note and stage in note for note in notes
+                ), (stage, notes)

@@ -183,3 +183,66 @@ def test_a_stage_that_cannot_be_planned_makes_the_whole_model_recompute():
     assert step.strategy == "recompute"
     assert step.stages == ()
     assert step.reason == "recompute: DISTINCT over an aggregate is not maintained incrementally"
+
+
+# -- which model columns carry a stage's group columns (stage_lateness.py) ------------------------
+
+COUNTS = (
+    "(select auction, window(ts, '10 seconds').start as ws, count(*) as n "
+    "from demo.bids group by auction, window(ts, '10 seconds'))"
+)
+
+
+@pytest.mark.parametrize(
+    "sql, columns, through",
+    [
+        (  # an aggregate over the stage, grouped by the column
+            f"select ws, count(*) as keys, max(n) as busiest from {COUNTS} c group by ws",
+            ["ws timestamp", "keys bigint", "busiest bigint"],
+            [(("ws", "ws"),)],
+        ),
+        (  # renamed on the way, a filter between
+            f"select c.ws as window_start, sum(c.n) as total from {COUNTS} c where c.n > 1 "
+            "group by c.ws",
+            ["window_start timestamp", "total bigint"],
+            [(("window_start", "ws"),)],
+        ),
+        (  # UNION ALL branches, each its own stage
+            "select window(ts, '1 hour').start as ws, count(*) as n from demo.bids "
+            "group by window(ts, '1 hour') union all select window(ts, '2 hours').start as ws, "
+            "count(*) as n from demo.bids group by window(ts, '2 hours')",
+            ["ws timestamp", "n bigint"],
+            [(("ws", "ws"), ("n", "n")), (("ws", "ws"), ("n", "n"))],
+        ),
+        (  # the column computed from the stage's: not carried as it is
+            f"select ws + interval 1 hour as later, count(*) as keys from {COUNTS} c "
+            "group by ws + interval 1 hour",
+            ["later timestamp", "keys bigint"],
+            [()],
+        ),
+        (  # a join: the other side's change meets the stage's rows, final ones included
+            HIGHEST_BID,
+            ["auction bigint", "price bigint"],
+            [()],
+        ),
+        (  # a window over the stage reads its rows before and after the step
+            f"select ws, auction, n, sum(n) over (partition by auction order by ws) as run "
+            f"from {COUNTS} c",
+            ["ws timestamp", "auction bigint", "n bigint", "run bigint"],
+            [()],
+        ),
+        (  # a global top-K over the aggregate reads its rows after the step
+            "select auction, count(*) as n from demo.bids group by auction order by n desc limit 3",
+            ["auction bigint", "n bigint"],
+            [()],
+        ),
+        (  # the counts stage is read by the tops stage and the top's join
+            HOT_ITEMS,
+            ["auction bigint", "n bigint", "ws timestamp"],
+            [(), ()],
+        ),
+    ],
+)
+def test_a_stage_keeps_the_model_columns_that_carry_its_columns(sql, columns, through):
+    step = plan(sql, *columns)
+    assert [stage.lateness_through for stage in step.stages] == through

@@ -182,6 +182,11 @@ class StagePlan:
     columns: Tuple[Column, ...]
     aggregate: AggregatePlan
     reason: str  # e.g. "group by (max)"
+    # (model column, stage column): the model columns that hold, on every row the stage's
+    # groups feed, the value of one of its columns, where the rest of the plan reads the
+    # stage only through its change (stage_lateness.py). A LATENESS on such a model column
+    # makes the stage's groups below its waterline final, and their state may be dropped.
+    lateness_through: Tuple[Tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

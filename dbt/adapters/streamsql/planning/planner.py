@@ -21,7 +21,8 @@ own, and the rest of the query is planned over their results as if they were inp
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+import dataclasses
+from typing import Callable, Dict, List, Optional, Sequence
 
 from sqlglot import exp
 
@@ -43,6 +44,11 @@ from dbt.adapters.streamsql.planning.plan import (
 from dbt.adapters.streamsql.planning.recompute import recompute_change_sql
 from dbt.adapters.streamsql.planning.scalar_subqueries import rewrite as rewrite_scalar_subqueries
 from dbt.adapters.streamsql.planning.set_operations import rewrite as rewrite_set_operations
+from dbt.adapters.streamsql.planning.stage_lateness import (
+    Through,
+    lateness_through,
+    read_only_as_change,
+)
 from dbt.adapters.streamsql.planning.stages import LiftedStage, lift_stages, top_chain
 from dbt.adapters.streamsql.planning.subqueries import rewrite as rewrite_subqueries
 from dbt.adapters.streamsql.planning.terms import NEW, at_version
@@ -124,16 +130,20 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
     stages = _plan_stages(lifted, inputs, describe)
     readable = tuple(inputs) + tuple(InputTable(s.name, s.columns) for s in stages)
     stage_note = _stage_note(stages)
+    through = lateness_through(tree, [c.name for c in output_columns], [s.position for s in stages])
     if limit is None and _is_aggregate(tree):
         planner = AggregatePlanner(TypeOracle(readable), stages_from=len(inputs))
         result = planner.plan(tree, output_columns)
-        return StepPlan(
-            strategy="aggregate",
-            reason=result.reason + stage_note,
-            inputs=inputs,
-            output_columns=output_columns,
-            aggregate=result.plan,
-            stages=stages,
+        return _final_stages(
+            StepPlan(
+                strategy="aggregate",
+                reason=result.reason + stage_note,
+                inputs=inputs,
+                output_columns=output_columns,
+                aggregate=result.plan,
+                stages=stages,
+            ),
+            through,
         )
     _name_outputs(tree, [c.name for c in output_columns])
     builder = DeltaBuilder(stages_from=len(inputs), oracle=TypeOracle(readable))
@@ -152,18 +162,56 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
         builder.retracting = True
     constructs = [c for c in _CONSTRUCT_ORDER if c in builder.constructs]
     constructs += sorted(c for c in builder.constructs if c not in _CONSTRUCT_ORDER)
-    return StepPlan(
-        strategy="linear",
-        reason=FAST_PATH + ", ".join(constructs) + stage_note,
-        inputs=inputs,
-        output_columns=output_columns,
-        change_sql=change,
-        monotonic=not builder.retracting,
-        stages=stages,
-        bounds=tuple(bounds),
-        later_change_sql=later if later != change else None,
-        later_monotonic=not builder.retracting and not builder.signed,
+    return _final_stages(
+        StepPlan(
+            strategy="linear",
+            reason=FAST_PATH + ", ".join(constructs) + stage_note,
+            inputs=inputs,
+            output_columns=output_columns,
+            change_sql=change,
+            monotonic=not builder.retracting,
+            stages=stages,
+            bounds=tuple(bounds),
+            later_change_sql=later if later != change else None,
+            later_monotonic=not builder.retracting and not builder.signed,
+        ),
+        through,
     )
+
+
+def _final_stages(plan: StepPlan, through: Dict[int, Through]) -> StepPlan:
+    """`plan` with each stage's `lateness_through`: the model columns that carry one of its
+    columns, where nothing in the plan reads the stage but its change (stage_lateness.py).
+
+    A top aggregate's MIN/MAX recomputes a changed group from the stage's rows after the step;
+    it reads only groups a change reached, whose stage groups carry the same value (the
+    column passes through), so those are never dropped ones: a change that reaches a dropped
+    group fails the step before (aggregate_state.changed_groups)."""
+    if not through:
+        return plan
+    texts = [plan.change_sql, plan.later_change_sql] + [b.value for b in plan.bounds]
+    top = plan.aggregate
+    if top is not None:
+        texts += [top.delta_sql, top.later_delta_sql, top.combine_without_recompute_sql]
+        texts += [top.output_sql] + [b.value for b in top.bounds]
+    stages = []
+    for stage in plan.stages:
+        others = [
+            text
+            for other in plan.stages
+            if other is not stage
+            for text in (
+                other.aggregate.delta_sql,
+                other.aggregate.later_delta_sql,
+                other.aggregate.combine_sql,
+                *[b.value for b in other.aggregate.bounds],
+            )
+        ]
+        pairs = through.get(stage.position, ())
+        if pairs and read_only_as_change(stage.position, texts + others):
+            stage = dataclasses.replace(stage, lateness_through=pairs)
+        stages.append(stage)
+    return dataclasses.replace(plan, stages=tuple(stages))
 
 
 def _plan_stages(

@@ -117,6 +117,9 @@ class StepRecord:
     # value (as a string, like a waterline): a compaction dropped them (tables.py). A step
     # whose change reaches such a group recomputes the model (aggregate_state.py).
     state_dropped_below: Dict[str, str] = field(default_factory=dict)
+    # The same per stage ("stage0", ...) whose groups a model column with LATENESS carries
+    # (planning/stage_lateness.py): its state table holds no group below these values.
+    stage_dropped_below: Dict[str, Dict[str, str]] = field(default_factory=dict)
 
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
@@ -142,6 +145,7 @@ class StepRecord:
             cleaned_at=self.cleaned_at,
             cleanups=[list(c) for c in self.cleanups],
             state_dropped_below=dict(self.state_dropped_below),
+            stage_dropped_below={k: dict(v) for k, v in self.stage_dropped_below.items()},
         )
 
     def same_sql(self, sql: str) -> bool:

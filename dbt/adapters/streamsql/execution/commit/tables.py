@@ -228,6 +228,28 @@ def state_aggregates(plan: StepPlan) -> List[Tuple[str, AggregatePlan]]:
     return found
 
 
+def lateness_outputs(plan: StepPlan, name: str) -> Tuple[Tuple[str, str], ...]:
+    """The model columns by which LATENESS makes groups of state table `name` final, with
+    their SQL over its state rows: the top aggregate's group outputs; for a stage, those of
+    its group outputs that a model column carries unchanged (planning/stage_lateness.py)."""
+    if name == "state":
+        return plan.aggregate.group_outputs if plan.aggregate is not None else ()
+    stage = next(stage for stage in plan.stages if stage.name == name)
+    by_name = {column.lower(): sql_text for column, sql_text in stage.aggregate.group_outputs}
+    return tuple(
+        (model_column, by_name[column.lower()])
+        for model_column, column in stage.lateness_through
+        if column.lower() in by_name
+    )
+
+
+def dropped_lines(record: StepRecord, name: str) -> Dict[str, str]:
+    """Per lateness column, the line below which state table `name` holds no group."""
+    if name == "state":
+        return record.state_dropped_below
+    return record.stage_dropped_below.get(name, {})
+
+
 def require_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord) -> None:
     """A table built when the model was planned another way lacks this plan's state tables."""
     names = [name for name, _ in state_aggregates(plan)]
@@ -257,30 +279,30 @@ def compact_state_tables(
 ) -> None:
     """Rewrite each state table whose appended rows outnumber its live groups and
     COMPACT_MIN_ROWS (or that was appended to COMPACT_AFTER_STEPS times) as one row per live
-    group, before the step reads it; the top aggregate's also once the waterline has moved its
-    line of dropped state a retention up (`state_line_risen`).
+    group, before the step reads it; also once the waterline has moved its line of dropped
+    state a retention up (`state_line_risen`).
 
-    The top aggregate's rewrite also drops the groups that LATENESS made final long enough ago
-    (`dropped_groups`): the state any step can still need does not change, so this is safe at
-    any moment, a crash included (a step taken again rewrites the same way, from the same
-    record); the step's record gets the table's new counts and what was dropped, its result a
-    note.
+    The rewrite also drops the groups that LATENESS made final long enough ago
+    (`dropped_groups`): the top aggregate's, and a stage's whose group a model column with
+    LATENESS carries (`lateness_outputs`). The state any step can still need does not change,
+    so this is safe at any moment, a crash included (a step taken again rewrites the same way,
+    from the same record); the step's record gets the table's new counts and what was dropped,
+    its result a note.
     """
     previous, record = step.previous, step.record
     for name, aggregate in state_aggregates(plan):
         live, appended, steps = previous.state_log.get(name, [0, 0, 0])
         if previous.step == 0:
             continue
+        outputs, lines = lateness_outputs(plan, name), dropped_lines(previous, name)
         due = due_for_compaction(live, appended, steps)
-        if not due and name == "state" and steps:
-            due = state_line_risen(ctx, aggregate, lateness, previous)
+        if not due and steps:
+            due = state_line_risen(ctx, outputs, lateness, previous.waterline, lines)
         if not due:
             continue
         table = ctx.model.table(f"__streamsql_{name}")
         keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
-        keep, below = "", {}
-        if name == "state":
-            keep, below = dropped_groups(ctx, aggregate, lateness, previous)
+        keep, below = dropped_groups(ctx, outputs, lateness, previous.waterline, lines)
         statement = sql.compact_state(
             table, previous.step, keys, aggregate.state_columns, sql.time_first(keys), keep
         )
@@ -297,7 +319,10 @@ def compact_state_tables(
         kept = int(written.metrics.get("numOutputRows", 0))
         record.state_log[name] = [kept, 0, 0]
         if below:
-            record.state_dropped_below.update(below)
+            if name == "state":
+                record.state_dropped_below.update(below)
+            else:
+                record.stage_dropped_below.setdefault(name, {}).update(below)
             step.result.notes.append(
                 f"dropped the state of final groups ({late.below_lines(below)}) from {table}; "
                 f"{kept} group(s) kept"
@@ -306,9 +331,10 @@ def compact_state_tables(
 
 def state_line_risen(
     ctx: StepContext,
-    aggregate: AggregatePlan,
+    outputs: Sequence[Tuple[str, str]],
     lateness: Sequence[late.LatenessRule],
-    previous: StepRecord,
+    waterline: Mapping[str, Optional[str]],
+    lines: Mapping[str, str],
 ) -> bool:
     """Whether the waterline has moved far enough since the top aggregate's state last dropped
     final groups that a rewrite now would drop at least another `final_state_retention` of
@@ -317,11 +343,9 @@ def state_line_risen(
     waterline. One constant SELECT (no Spark job), and only once a first rewrite has drawn a
     line; the first line comes with the first ordinary compaction."""
     risen = [
-        rule.state_line_risen(waterline, previous.state_dropped_below[rule.column.name])
-        for rule, _, waterline in late.final_group_columns(
-            lateness, previous.waterline, aggregate.group_outputs
-        )
-        if rule.state_kept is not None and rule.column.name in previous.state_dropped_below
+        rule.state_line_risen(value, lines[rule.column.name])
+        for rule, _, value in late.final_group_columns(lateness, waterline, outputs)
+        if rule.state_kept is not None and rule.column.name in lines
     ]
     if not risen:
         return False
@@ -332,12 +356,14 @@ def state_line_risen(
 
 def dropped_groups(
     ctx: StepContext,
-    aggregate: AggregatePlan,
+    outputs: Sequence[Tuple[str, str]],
     lateness: Sequence[late.LatenessRule],
-    previous: StepRecord,
+    waterline: Mapping[str, Optional[str]],
+    lines: Mapping[str, str],
 ) -> Tuple[str, Dict[str, str]]:
-    """Which groups a compaction of the top aggregate's state keeps, and the lines below which
-    it drops the others (per lateness column, as strings).
+    """Which groups a compaction of a state table keeps, and the lines below which it drops
+    the others (per lateness column, as strings). `outputs`: `lateness_outputs`; `lines`:
+    those drawn before (`dropped_lines`).
 
     A group whose lateness column (a window start, a truncated hour) lies below the waterline is
     final: every later change to it is late, and its state serves only to describe such a change
@@ -346,20 +372,18 @@ def dropped_groups(
     reaches a dropped group recomputes the model instead (aggregate_state.changed_groups). The
     line never moves down, even when the config shrinks the retention later."""
     final = [
-        (rule, expression, waterline)
-        for rule, expression, waterline in late.final_group_columns(
-            lateness, previous.waterline, aggregate.group_outputs
-        )
+        (rule, expression, value)
+        for rule, expression, value in late.final_group_columns(lateness, waterline, outputs)
         if rule.state_kept is not None
     ]
     if not final:
         return "", {}
-    lines = ", ".join(
-        f"{rule.state_line(waterline, previous.state_dropped_below.get(rule.column.name))} AS l{i}"
-        for i, (rule, _, waterline) in enumerate(final)
+    drawn = ", ".join(
+        f"{rule.state_line(value, lines.get(rule.column.name))} AS l{i}"
+        for i, (rule, _, value) in enumerate(final)
     )
     with ctx.role("the lines below which final groups' state is dropped"):
-        row = ctx.session.query(f"SELECT {lines}")[0]
+        row = ctx.session.query(f"SELECT {drawn}")[0]
     below = {
         rule.column.name: str(row[f"l{i}"])
         for i, (rule, _, _) in enumerate(final)

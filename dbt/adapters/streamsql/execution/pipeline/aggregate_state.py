@@ -76,6 +76,7 @@ def changed_groups(
     waterline: Optional[Mapping[str, Optional[str]]] = None,
     state_empty: bool = False,
     dropped_below: Optional[Mapping[str, str]] = None,
+    group_outputs: Optional[Sequence[Tuple[str, str]]] = None,
 ) -> ChangedGroups:
     """Group delta, state before the step, and the old and new state of changed groups.
 
@@ -84,7 +85,10 @@ def changed_groups(
     column the group decides (`final_group_bounds`). `first_step`, `inserts_only`: the step's
     (step_state.py). `state_empty`: `state` is the empty state before a first step.
     `dropped_below`: per lateness column, the value below which final groups' state was dropped
-    (tables.dropped_groups).
+    (tables.dropped_groups). `group_outputs`: the model columns LATENESS judges that the
+    aggregate's groups decide, with their SQL over a state row; by default its own
+    (`AggregatePlan.group_outputs`), a stage's are those the model carries
+    (tables.lateness_outputs).
 
     Raises:
         DroppedStateReached: the change reaches a group below `dropped_below`, whose state
@@ -94,7 +98,8 @@ def changed_groups(
     bind_bounds(ctx, aggregate.bounds, delta_sql, first_step)
     who = aggregate_name(label)
     reads = ctx.bindings.reads(delta_sql)
-    final = late.final_group_columns(lateness, waterline or {}, aggregate.group_outputs)
+    outputs = aggregate.group_outputs if group_outputs is None else group_outputs
+    final = late.final_group_columns(lateness, waterline or {}, outputs)
     # (no FILTER clause: Spark refuses one in measures computed with the pass; collect_set
     # leaves out the NULLs of the other rows)
     touched = {

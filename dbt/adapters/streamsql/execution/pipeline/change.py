@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import reduce
-from typing import Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
+from dbt.adapters.streamsql.execution.commit import tables
 from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
@@ -74,13 +75,25 @@ def placeholder_reads(plan: StepPlan) -> Counter:
     return reads
 
 
-def stage_change(ctx: StepContext, step: StepState, stage: StagePlan) -> Tuple[int, StateWrite]:
+def stage_change(
+    ctx: StepContext,
+    step: StepState,
+    plan: StepPlan,
+    stage: StagePlan,
+    lateness: Sequence[late.LatenessRule],
+) -> Tuple[int, StateWrite]:
     """Bind a stage's placeholders (its result before and after the step, and the change).
 
     Returns how many rows of the stage's change are removals, and the write of its state.
+    Where a model column with LATENESS carries one of its group columns, a change that reaches
+    a group whose state a compaction dropped fails the step (`DroppedStateReached`), as for the
+    top aggregate.
     """
     aggregate, label, position = stage.aggregate, f"{stage.name}_", stage.position
     table, previous = ctx.model.stage_table(stage.name), step.previous
+    outputs = tables.lateness_outputs(plan, stage.name)
+    dropped = tables.dropped_lines(step.record, stage.name)
+    check_lines(dropped, lateness, outputs)
     state = state_before(table, previous.step, aggregate)
     groups = changed_groups(
         ctx,
@@ -89,7 +102,11 @@ def stage_change(ctx: StepContext, step: StepState, stage: StagePlan) -> Tuple[i
         state,
         step.first_step,
         step.inserts_only,
+        lateness,
+        previous.waterline,
         state_empty=previous.step == 0,
+        dropped_below=dropped,
+        group_outputs=outputs,
     )
     net = output_change(ctx, label, aggregate, groups, stage.columns)
     # The stage's whole result, before and after the step: what reads it may need any group.
@@ -125,6 +142,24 @@ def stage_change(ctx: StepContext, step: StepState, stage: StagePlan) -> Tuple[i
     return removals, StateWrite(
         table, f"__streamsql_{stage.name}", aggregate, groups, fresh=previous.step == 0
     )
+
+
+def check_lines(
+    lines: Mapping[str, str],
+    lateness: Sequence[late.LatenessRule],
+    outputs: Sequence[Tuple[str, str]],
+) -> None:
+    """A state table lacks the groups below `lines`; if the model no longer declares the
+    lateness of such a column (or its groups no longer decide it), an on-time change may now
+    reach one of them: the step recomputes the model, which rebuilds every group's state."""
+    decided = {name.lower() for name, _ in outputs}
+    ruled = {rule.column.name for rule in lateness if rule.column.name.lower() in decided}
+    orphaned = {column: line for column, line in lines.items() if column not in ruled}
+    if orphaned:
+        raise DroppedStateReached(
+            f"the state of final groups was dropped ({late.below_lines(orphaned)}), and the "
+            "model no longer declares that lateness: its state is rebuilt"
+        )
 
 
 def linear_change(ctx: StepContext, step: StepState, plan: StepPlan) -> ModelChange:
@@ -222,13 +257,7 @@ def aggregate_change(
     aggregate, previous = plan.aggregate, step.previous
     assert aggregate is not None
     dropped = step.record.state_dropped_below
-    ruled = {rule.column.name for rule in lateness}
-    orphaned = {column: line for column, line in dropped.items() if column not in ruled}
-    if orphaned:  # a group without its state may now take an on-time change: rebuild it all
-        raise DroppedStateReached(
-            f"the state of final groups was dropped ({late.below_lines(orphaned)}), and the "
-            "model no longer declares that lateness: its state is rebuilt"
-        )
+    check_lines(dropped, lateness, aggregate.group_outputs)
     state = state_before(ctx.model.state_table, previous.step, aggregate)
     groups = changed_groups(
         ctx,

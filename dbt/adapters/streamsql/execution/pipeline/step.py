@@ -290,7 +290,7 @@ def compute_step(
 
     # stages first (each reads the inputs and the stages before it)
     for stage in plan.stages:
-        removals, state_write = change.stage_change(ctx, step, stage)
+        removals, state_write = change.stage_change(ctx, step, plan, stage, rules.lateness)
         step.inserts_only = step.inserts_only and removals == 0
         step.writes.state.append(state_write)
     if plan.strategy == "aggregate":

@@ -419,6 +419,7 @@ def rebuild_state(ctx: StepContext, step: StepState, plan: StepPlan) -> None:
     longer give get a row with count 0, which hides their older rows (statements.latest_state).
     """
     previous, writes = step.previous, step.writes
+    step.record.stage_dropped_below = {}  # every stage group's state is there again
     for stage in plan.stages:
         table = ctx.model.stage_table(stage.name)
         groups = rebuilt_groups(ctx, f"re_{stage.name}_", table, stage.aggregate, previous)
