@@ -9,7 +9,6 @@ rows out of order and some too late for the LATENESS model:
 
 - `p_filter`: a filter (projection);
 - `j_dims`: the events joined with a small dimension table;
-- `g_k`: a GROUP BY over a key with few values (state bounded by the key);
 - `s_events`: the events with LATENESS 1 HOUR on their event time (late ones quarantined);
 - `w_hourly`: 1-hour windows per key over `s_events`, with LATENESS 1 HOUR on the window's
   start and `final_state_retention` of a minute (`--retention`): windows start on the hour, so
@@ -17,6 +16,9 @@ rows out of order and some too late for the LATENESS model:
   the next rewrite of the state table, which comes as soon as the waterline has moved. The
   default retention (the lateness) keeps another hour of final windows for late changes; see
   docs/tables.md.
+- `w_busiest`: per hour, how many keys had events and the most events of one key: an aggregate
+  over an aggregate per key and hour (a stage), LATENESS and retention as `w_hourly`'s on the
+  hour, which the top groups by: the stage's state of final hours is dropped too.
 
 After every step it records the step's wall time and each model's, and for every table of the
 schema (models, state tables, `__late`, `__waterline`) its files and bytes (from the checksum
@@ -61,7 +63,6 @@ KEYS = 20
 MODELS = {
     "p_filter": "select id, k, v, ts from {events} where v % 3 = 0",
     "j_dims": "select e.id, e.k, d.label, e.v from {events} e join {dims} d on e.k = d.k",
-    "g_k": "select k, count(*) as n, sum(v) as total from {events} group by k",
     "s_events": (
         "{{{{ config(lateness={{'ts': 'INTERVAL 1 HOUR'}}) }}}}\nselect id, k, v, ts from {events}"
     ),
@@ -71,6 +72,22 @@ MODELS = {
         "select k, window(ts, '1 hour').start as hour_start, count(*) as n, sum(v) as total "
         "from {{{{ ref('s_events') }}}} group by k, window(ts, '1 hour')"
     ),
+    "w_busiest": (
+        "{{{{ config(lateness={{'hour_start': 'INTERVAL 1 HOUR'}}, "
+        "final_state_retention={{'hour_start': '{retention}'}}) }}}}\n"
+        "select hour_start, count(*) as active_keys, max(n) as busiest from "
+        "(select k, window(ts, '1 hour').start as hour_start, count(*) as n "
+        "from {{{{ ref('s_events') }}}} group by k, window(ts, '1 hour')) per_key "
+        "group by hour_start"
+    ),
+}
+# The state tables of the LATENESS aggregates, and how many groups each may hold: the windows
+# within the lateness (the current hour and the one before) plus the one a step may open, per
+# key for the tables kept per key and hour, once for w_busiest's top (per hour).
+WINDOW_STATES = {
+    "w_hourly__streamsql_state": KEYS * 3,
+    "w_busiest__streamsql_stage0": KEYS * 3,
+    "w_busiest__streamsql_state": 3,
 }
 
 
@@ -143,7 +160,7 @@ def table_sizes(spark: Any, work: Path, count_all: bool) -> Dict[str, Dict[str, 
         else:
             detail = spark.sql(f"DESCRIBE DETAIL {SCHEMA}.{name}").collect()[0]
             entry = {"files": int(detail["numFiles"]), "bytes": int(detail["sizeInBytes"])}
-        if "__streamsql_" in name and (count_all or name.startswith("w_hourly__")):
+        if "__streamsql_" in name and (count_all or name in WINDOW_STATES):
             table = spark.table(f"{SCHEMA}.{name}")
             groups = [c for c in table.columns if c.startswith("_streamsql_g")]
             distinct = f"COUNT(DISTINCT {', '.join(groups)})" if groups else "1"
@@ -187,12 +204,20 @@ def summary(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
         for name, notes in s.get("notes", {}).items()
         if any(note.startswith("dropped the state of final groups") for note in notes)
     ]
-    state = "w_hourly__streamsql_state"
-    window_groups = [s["tables"][state]["groups"] for s in after if state in s["tables"]]
-    window_rows = [s["tables"][state]["rows"] for s in after if state in s["tables"]]
+    windows = {
+        state: {
+            "groups_max": max(
+                (s["tables"][state]["groups"] for s in after if state in s["tables"]), default=None
+            ),
+            "rows_max": max(
+                (s["tables"][state]["rows"] for s in after if state in s["tables"]), default=None
+            ),
+            "bound": bound,
+        }
+        for state, bound in WINDOW_STATES.items()
+    }
     return {
-        "window_state_groups_max": max(window_groups, default=None),
-        "window_state_rows_max": max(window_rows, default=None),
+        "window_states": windows,
         "recomputed": recomputed,
         "state_dropped": dropped,
         "early_steps": "50-150" if len(walls) >= 150 else "the second quarter",
@@ -257,11 +282,17 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
         f"({figures['late_over_early']:.2f}x). `dbt test` (matches_recompute on every model): "
         f"{report['checks']}.",
         "",
-        f"`w_hourly`'s state table after {figures['most_files_after']} (final_state_retention "
-        f"`{args.retention}`): at most {figures['window_state_groups_max']} distinct groups "
-        f"(windows within the lateness, the current and the one before, plus the one a step "
-        f"may open: {KEYS} keys x 3 = {KEYS * 3}), at most {figures['window_state_rows_max']} "
-        "rows (the states steps appended since its last rewrite included).",
+        f"State of the LATENESS aggregates after {figures['most_files_after']} "
+        f"(final_state_retention `{args.retention}`), against the groups within the lateness "
+        "(the current hour and the one before) plus the hour a step may open:",
+        "",
+        "| state table | most distinct groups | bound | most rows (with the states appended "
+        "since its last rewrite) |",
+        "|---|---:|---:|---:|",
+        *[
+            f"| {state} | {w['groups_max']} | {w['bound']} | {w['rows_max']} |"
+            for state, w in figures["window_states"].items()
+        ],
         "",
         "Final groups' state dropped (final_state_retention): "
         + dropped_line(figures.get("state_dropped", []))
@@ -306,7 +337,7 @@ def main() -> int:
         "--threads",
         type=int,
         default=1,
-        help="dbt threads (four models of five are independent, but 2 cores are busy with one)",
+        help="dbt threads (three models of five are independent, but 2 cores are busy with one)",
     )
     parser.add_argument(
         "--retention",
