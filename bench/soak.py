@@ -22,9 +22,8 @@ rows out of order and some too late for the LATENESS model:
 
 After every step it records the step's wall time and each model's, and for every table of the
 schema (models, state tables, `__late`, `__waterline`) its files and bytes (from the checksum
-Delta writes with each version; `DESCRIBE DETAIL` where there is none). For the window
-aggregate's state table it also records its rows and its distinct groups every step, for the
-other state tables every tenth step. Every `--check-every` steps and after the last, `dbt test`
+Delta writes with each version; `DESCRIBE DETAIL` where there is none), and for each state
+table its rows and its distinct groups. Every `--check-every` steps and after the last, `dbt test`
 runs `matches_recompute` on every model (LATENESS applied): the soak stops at the first failure.
 
     python bench/soak.py --steps 1000         # hours on 2 cores
@@ -144,10 +143,9 @@ def latest_checksum(log: Path) -> Dict[str, Any]:
     return json.loads(crc.read_text()) if crc and crc.exists() else {}
 
 
-def table_sizes(spark: Any, work: Path, count_all: bool) -> Dict[str, Dict[str, int]]:
+def table_sizes(spark: Any, work: Path) -> Dict[str, Dict[str, int]]:
     """Files and bytes of every table of the schema (no Spark job where Delta wrote a checksum
-    for the latest version); rows and distinct groups of the window aggregate's state table,
-    and of every state table when `count_all`."""
+    for the latest version); rows and distinct groups of every state table."""
     logs = {p.parent.name: p for p in work.glob(f"warehouse/**/{SCHEMA}.db/*/_delta_log")}
     sizes = {}
     for row in spark.sql(f"SHOW TABLES IN {SCHEMA}").collect():
@@ -160,7 +158,7 @@ def table_sizes(spark: Any, work: Path, count_all: bool) -> Dict[str, Dict[str, 
         else:
             detail = spark.sql(f"DESCRIBE DETAIL {SCHEMA}.{name}").collect()[0]
             entry = {"files": int(detail["numFiles"]), "bytes": int(detail["sizeInBytes"])}
-        if "__streamsql_" in name and (count_all or name in WINDOW_STATES):
+        if "__streamsql_" in name:
             table = spark.table(f"{SCHEMA}.{name}")
             groups = [c for c in table.columns if c.startswith("_streamsql_g")]
             distinct = f"COUNT(DISTINCT {', '.join(groups)})" if groups else "1"
@@ -378,7 +376,7 @@ def main() -> int:
                 # what a step did besides its change: compactions, dropped state, recomputes
                 "notes": {n: node.adapter.get("notes") or [] for n, node in nodes.items()},
                 "computed": {n: node.adapter.get("computed", "") for n, node in nodes.items()},
-                "tables": table_sizes(spark, work, count_all=number % 10 == 0),
+                "tables": table_sizes(spark, work),
             }
         )
         if number % args.check_every == 0 or number == args.steps:
