@@ -130,8 +130,7 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
     stages = _plan_stages(lifted, inputs, describe)
     readable = tuple(inputs) + tuple(InputTable(s.name, s.columns) for s in stages)
     stage_note = _stage_note(stages)
-    positions = [s.position for s in stages]
-    through = lateness_through(tree, [c.name for c in output_columns], positions) if stages else {}
+    through = lateness_through(tree, [c.name for c in output_columns], [s.position for s in stages])
     if limit is None and _is_aggregate(tree):
         planner = AggregatePlanner(TypeOracle(readable), stages_from=len(inputs))
         result = planner.plan(tree, output_columns)

@@ -20,10 +20,8 @@ keeps G as it is:
 Projections, filters, aggregates that group by the column, and UNION ALL branches keep it; a
 join does not (the other side's change meets the stage's old rows, those of final groups
 included, and its late rows must reach `__late`), nor does anything that reads the stage's rows
-before or after the step rather than its change (a window over it, a global top-K, another
-stage that joins it or recomputes a MIN/MAX from it). `lateness_through` traces the columns
-(a join or a lateral view gives none), and the planner keeps its pairs only for stages that
-`read_only_as_change` clears (planner._final_stages).
+before or after the step rather than its change (a window over it, a global top-K, a join, a
+stage above it): `lateness_through` returns nothing for such a stage.
 """
 
 from __future__ import annotations
@@ -104,59 +102,65 @@ def _trace(node: exp.Expression, positions: Set[int]) -> Optional[_Trace]:
     return None  # INTERSECT / EXCEPT are aggregates by now; anything else: nothing known
 
 
-def _trace_select(select: exp.Select, positions: Set[int]) -> _Trace:
+def _trace_select(select: exp.Select, positions: Set[int]) -> Optional[_Trace]:
     everything = _stage_tables(select, positions)
-    source = _source(select, positions)
-    if source is None:  # a join: no stage it reads keeps its values apart from the other side's
+    from_ = select.args.get("from_")
+    source = from_.this if from_ is not None else None
+    if source is None or select.args.get("joins") or select.args.get("laterals"):
+        # a join: no stage it reads keeps its values apart from the other side's
+        return _Trace([{} for _ in select.expressions], everything, everything)
+    if isinstance(source, exp.Table):
+        position = bound_input(source)
+        inner = None if position not in positions else position
+        reads = {position} if inner is not None else set()
+        available: "_TableColumns | _DerivedColumns" = _TableColumns(source.alias_or_name, inner)
+    elif isinstance(source, exp.Subquery):
+        traced = _trace(source.this, positions)
+        if traced is None:
+            return _Trace([{} for _ in select.expressions], everything, everything)
+        reads = traced.reads
+        available = _DerivedColumns(source, traced)
+    else:
         return _Trace([{} for _ in select.expressions], everything, everything)
     # a stage read elsewhere in this block (a subquery in WHERE or in the SELECT list)
-    spoiled = (everything - source.reads) | source.spoiled
-    columns = [source.of(projection.unalias()) for projection in select.expressions]
+    spoiled = (everything - reads) | available.spoiled
+    columns = [available.of(projection.unalias()) for projection in select.expressions]
     return _Trace(columns, everything, spoiled)
 
 
-@dataclass
-class _Source:
-    """The one table or derived table in a block's FROM, and the stage columns its columns
-    carry: a stage table's each carry themselves, a derived table's are traced (by name)."""
+class _TableColumns:
+    """The columns of one table in FROM: each a stage column as it is, for a stage."""
 
-    alias: str
-    reads: Set[int]
-    spoiled: Set[int]
-    stage: Optional[int] = None
-    columns: Dict[str, Dict[int, str]] = field(default_factory=dict)
+    def __init__(self, alias: str, position: Optional[int]) -> None:
+        self.alias, self.position = alias, position
+        self.spoiled: Set[int] = set()
 
     def of(self, expression: exp.Expression) -> Dict[int, str]:
-        if not isinstance(expression, exp.Column) or expression.table not in ("", self.alias):
+        if self.position is None or not isinstance(expression, exp.Column):
             return {}
-        if self.stage is not None:
-            return {self.stage: expression.name}
-        return dict(self.columns.get(expression.name.lower(), {}))
+        if expression.table and expression.table != self.alias:
+            return {}
+        return {self.position: expression.name}
 
 
-def _source(select: exp.Select, positions: Set[int]) -> Optional[_Source]:
-    """The block's FROM as a `_Source`; None for a join, a lateral view, no FROM, or a FROM
-    the trace cannot see through."""
-    from_ = select.args.get("from_")
-    if from_ is None or select.args.get("joins") or select.args.get("laterals"):
-        return None
-    source = from_.this
-    if isinstance(source, exp.Table):
-        position = bound_input(source)
-        if position in positions:
-            return _Source(source.alias_or_name, {position}, set(), stage=position)
-        return _Source(source.alias_or_name, set(), set())  # an input: carries no stage column
-    if not isinstance(source, exp.Subquery):
-        return None
-    traced = _trace(source.this, positions)
-    if traced is None:
-        return None
-    alias = source.args.get("alias")
-    names = [c.name for c in alias.columns] if alias is not None and alias.columns else []
-    if not names:
-        names = [p.alias_or_name for p in _first_select(source.this).expressions]
-    by_name = dict(zip([n.lower() for n in names], traced.columns))
-    return _Source(source.alias_or_name, traced.reads, traced.spoiled, columns=by_name)
+class _DerivedColumns:
+    """The columns of a derived table in FROM, by its column names."""
+
+    def __init__(self, source: exp.Subquery, traced: _Trace) -> None:
+        self.alias = source.alias_or_name
+        alias = source.args.get("alias")
+        names = [c.name for c in alias.columns] if alias is not None and alias.columns else []
+        if not names:
+            names = [p.alias_or_name for p in _first_select(source.this).expressions]
+        self.by_name = dict(zip([n.lower() for n in names], traced.columns))
+        self.spoiled = traced.spoiled
+
+    def of(self, expression: exp.Expression) -> Dict[int, str]:
+        if not isinstance(expression, exp.Column):
+            return {}
+        if expression.table and expression.table != self.alias:
+            return {}
+        return dict(self.by_name.get(expression.name.lower(), {}))
 
 
 def _first_select(query: exp.Expression) -> exp.Select:
