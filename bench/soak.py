@@ -29,6 +29,10 @@ runs `matches_recompute` on every model (LATENESS applied): the soak stops at th
     python bench/soak.py --steps 1000         # hours on 2 cores
     python bench/soak.py --steps 60 --check-every 20 --output-name soak_short
 
+A soak longer than one sitting can be paused (`--pause-after-minutes`: it stops cleanly after a
+step, its progress kept in the work dir) and carried on in a new process with `--resume`, on the
+same adapter code only. The report then names the processes and the step each started cold on.
+
 Writes bench/results/<output-name>.md, .json and .png.
 """
 
@@ -36,10 +40,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import yaml
 from benchlib import (
@@ -148,6 +152,7 @@ def table_sizes(spark: Any, work: Path) -> Dict[str, Dict[str, int]]:
     for the latest version); rows and distinct groups of every state table."""
     logs = {p.parent.name: p for p in work.glob(f"warehouse/**/{SCHEMA}.db/*/_delta_log")}
     sizes = {}
+    counts = []
     for row in spark.sql(f"SHOW TABLES IN {SCHEMA}").collect():
         name = row["tableName"]
         if row["isTemporary"]:
@@ -159,14 +164,18 @@ def table_sizes(spark: Any, work: Path) -> Dict[str, Dict[str, int]]:
             detail = spark.sql(f"DESCRIBE DETAIL {SCHEMA}.{name}").collect()[0]
             entry = {"files": int(detail["numFiles"]), "bytes": int(detail["sizeInBytes"])}
         if "__streamsql_" in name:
-            table = spark.table(f"{SCHEMA}.{name}")
-            groups = [c for c in table.columns if c.startswith("_streamsql_g")]
+            groups = [
+                c for c in spark.table(f"{SCHEMA}.{name}").columns if c.startswith("_streamsql_g")
+            ]
             distinct = f"COUNT(DISTINCT {', '.join(groups)})" if groups else "1"
-            counted = spark.sql(
-                f"SELECT COUNT(*) AS n, {distinct} AS g FROM {SCHEMA}.{name}"
-            ).first()
-            entry["rows"], entry["groups"] = int(counted["n"]), int(counted["g"])
+            counts.append(
+                f"SELECT '{name}' AS t, COUNT(*) AS n, {distinct} AS g FROM {SCHEMA}.{name}"
+            )
         sizes[name] = entry
+    if counts:  # one statement for every state table
+        for counted in spark.sql(" UNION ALL ".join(counts)).collect():
+            sizes[counted["t"]]["rows"] = int(counted["n"])
+            sizes[counted["t"]]["groups"] = int(counted["g"])
     return sizes
 
 
@@ -262,6 +271,35 @@ def dropped_line(dropped: List[str]) -> str:
     return f"{len(dropped)} times ({', '.join(dropped[:3])}, ..., {dropped[-1]})"
 
 
+def command(args: Any) -> str:
+    """The soak's arguments as a command line (a resumed soak reports the one it started with)."""
+    parts = []
+    for name in ("steps", "rows", "minutes", "check_every", "threads", "retention"):
+        parts.append(f"--{name.replace('_', '-')} {json.dumps(getattr(args, name))}")
+    parts += [f"--work-dir {args.work_dir}", f"--output-name {args.output_name}"]
+    return " ".join(parts).replace('"', "'")
+
+
+def processes_line(processes: List[Dict[str, Any]], steps: List[Dict[str, Any]]) -> str:
+    """Which processes ran the soak: one warm process, or where it was paused and resumed."""
+    tree = processes[0]["dbt_tree"]
+    if len(processes) == 1:
+        return f"One warm process ran every step (adapter code: dbt/ tree `{tree[:12]}`)."
+    walls = {s["step"]: s["wall_s"] for s in steps}
+    resumed = ", ".join(
+        f"step {p['first_step']} ({walls.get(p['first_step'], float('nan')):.2f} s, "
+        f"{p['started_at'][:16]} UTC, head {p['machine']['git_head']})"
+        for p in processes[1:]
+    )
+    return (
+        f"{len(processes)} processes ran the steps, all on the same adapter code (dbt/ tree "
+        f"`{tree[:12]}`): the soak was paused (`--pause-after-minutes`) because it outlasts one "
+        f"working session on this machine, and carried on with `--resume` on the same warehouse "
+        f"from {resumed}. A resumed process starts cold (a new JVM, every table's first Delta "
+        "load), so its first step is slower; it is one step among the hundred of a median."
+    )
+
+
 def write_results(args: Any, report: Dict[str, Any]) -> None:
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
@@ -272,8 +310,10 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
         f"# Soak: {len(steps)} steps of a small project ({args.rows} events per step, "
         f"{args.minutes} minutes of event time each)",
         "",
-        f"Command: `python bench/soak.py {' '.join(sys.argv[1:])}`  ",
+        f"Command: `python bench/soak.py {command(args)}`  ",
         f"Run: {report['run_at']}",
+        "",
+        processes_line(report["processes"], steps),
         "",
         f"Median `dbt run` of {figures['early_steps']} steps {figures['early_median_s']:.2f} s, "
         f"of {figures['late_steps']} {figures['late_median_s']:.2f} s "
@@ -325,6 +365,59 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
     (results / f"{args.output_name}.md").write_text("\n".join(lines) + "\n")
 
 
+def dbt_tree() -> str:
+    """The git tree of the adapter code this process runs (dbt/ at HEAD), '' if dbt/ is dirty."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=BENCH_DIR.parent, capture_output=True, text=True
+        ).stdout.strip()
+
+    dirty = git("status", "--short", "--untracked-files=no", "--", "dbt")
+    return "" if dirty else git("rev-parse", "HEAD:dbt")
+
+
+class Progress:
+    """What a soak has done so far, in its work dir: the arguments and the processes that ran
+    it (`soak.json`) and one line per step (`steps.jsonl`), so that `--resume` carries on where
+    a paused or killed process stopped."""
+
+    def __init__(self, work: Path) -> None:
+        self.meta_path = work / "soak.json"
+        self.steps_path = work / "steps.jsonl"
+
+    def start(self, args: Any) -> Dict[str, Any]:
+        meta = {"args": vars(args), "processes": [], "checks": "not run"}
+        self.steps_path.write_text("")
+        return meta
+
+    def load(self) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+        if not self.meta_path.exists():
+            raise SystemExit(f"--resume: no soak to resume in {self.meta_path.parent}")
+        meta = json.loads(self.meta_path.read_text())
+        lines = self.steps_path.read_text().splitlines()
+        return meta, [json.loads(line) for line in lines if line.strip()]
+
+    def save(self, meta: Dict[str, Any]) -> None:
+        self.meta_path.write_text(json.dumps(meta, indent=1))
+
+    def add_step(self, record: Dict[str, Any]) -> None:
+        with self.steps_path.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+
+
+def appended(spark: Any, step: int, rows: int) -> bool:
+    """Whether step `step`'s events are in the source already (a process killed after it
+    appended them, before it recorded the step)."""
+    first = step * rows
+    return bool(
+        spark.sql(
+            f"SELECT COUNT(*) AS n FROM {SOURCE}.events WHERE id >= {first} AND id < {first + rows}"
+        ).first()["n"]
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
@@ -345,60 +438,118 @@ def main() -> int:
     parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-soak"))
     parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
     parser.add_argument("--output-name", default="soak")
+    parser.add_argument(
+        "--pause-after-minutes",
+        type=float,
+        default=None,
+        help="stop after the step that ends past this many minutes, to carry on with --resume",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="carry on the soak in --work-dir with its own arguments, in a new process, on the "
+        "same adapter code (a new process starts cold: its first step is reported as such)",
+    )
     args = parser.parse_args()
+    started = time.monotonic()
 
     work = Path(args.work_dir)
-    if work.exists():
-        import shutil
+    progress = Progress(work)
+    tree = dbt_tree()
+    resuming = args.resume
+    if resuming:
+        meta, steps = progress.load()
+        pause = args.pause_after_minutes
+        args = argparse.Namespace(**{**meta["args"], "pause_after_minutes": pause})
+        ran_on = meta["processes"][0]["dbt_tree"]
+        if tree != ran_on:
+            raise SystemExit(
+                f"--resume: this soak ran on adapter code (dbt/ tree) {ran_on}; this checkout "
+                f"has {tree or 'uncommitted changes in dbt/'}. Resume on the same code."
+            )
+    else:
+        if work.exists():
+            import shutil
 
-        shutil.rmtree(work)
+            shutil.rmtree(work)
+        steps = []
     target = write_project_skeleton(
         work, "soak", SCHEMA, "4g", {SOURCE: ["events", "dims"]}, threads=args.threads
     )
     write_models(work, args.retention)
     spark = start_session(target)
     info = machine_info(spark)
-    create_sources(spark)
     dbt = Dbt(work)
     names = list(MODELS)
-    dbt.run(names)  # the first build, over empty events: step 0
+    if not resuming:
+        meta = progress.start(args)
+        create_sources(spark)
+        dbt.run(names)  # the first build, over empty events: step 0
+    first = len(steps) + 1
+    meta["processes"].append(
+        {
+            "first_step": first,
+            "started_at": datetime.now(timezone.utc).isoformat(),
+            "dbt_tree": tree,
+            "machine": info,
+        }
+    )
+    progress.save(meta)
 
-    steps: List[Dict[str, Any]] = []
-    checks = "not run"
-    for number in range(1, args.steps + 1):
-        append(spark, number, args.rows, args.minutes)
+    checks = meta["checks"]
+    paused = False
+    for number in range(first, args.steps + 1):
+        if number > first or not appended(spark, number, args.rows):
+            append(spark, number, args.rows, args.minutes)
         wall, nodes = dbt.run(names)
-        steps.append(
-            {
-                "step": number,
-                "wall_s": round(wall, 3),
-                "models": {n: round(node.execution_time, 3) for n, node in nodes.items()},
-                # what a step did besides its change: compactions, dropped state, recomputes
-                "notes": {n: node.adapter.get("notes") or [] for n, node in nodes.items()},
-                "computed": {n: node.adapter.get("computed", "") for n, node in nodes.items()},
-                "tables": table_sizes(spark, work),
-            }
-        )
+        record = {
+            "step": number,
+            "wall_s": round(wall, 3),
+            "models": {n: round(node.execution_time, 3) for n, node in nodes.items()},
+            # what a step did besides its change: compactions, dropped state, recomputes
+            "notes": {n: node.adapter.get("notes") or [] for n, node in nodes.items()},
+            "computed": {n: node.adapter.get("computed", "") for n, node in nodes.items()},
+            "tables": table_sizes(spark, work),
+        }
+        if number == first and number > 1:
+            record["first_in_process"] = True
+        steps.append(record)
+        progress.add_step(record)
         if number % args.check_every == 0 or number == args.steps:
             failed = dbt_test(dbt, work)
             if failed:
                 checks = f"failed at step {number}: {', '.join(failed)}"
                 print(checks, flush=True)
+                meta["checks"] = checks
                 break
             checks = f"passed every {args.check_every} steps and after the last"
+            meta["checks"] = checks
+            progress.save(meta)
         if number % 10 == 0 or number == args.steps:
             print(f"step {number}: dbt run {wall:.2f} s", flush=True)
-    report = {
-        "run_at": datetime.now(timezone.utc).isoformat(),
-        "args": vars(args),
-        "machine": info,
-        "checks": checks,
-        "steps": steps,
-        "summary": summary(steps),
-    }
-    write_results(args, report)
+        minutes = (time.monotonic() - started) / 60
+        if args.pause_after_minutes and minutes > args.pause_after_minutes and number < args.steps:
+            paused = True
+            print(
+                f"paused after step {number} ({minutes:.0f} minutes); carry on with: "
+                f"python bench/soak.py --resume --work-dir {work}",
+                flush=True,
+            )
+            break
+    progress.save(meta)
+    if not paused:
+        report = {
+            "run_at": datetime.now(timezone.utc).isoformat(),
+            "args": meta["args"],
+            "processes": meta["processes"],
+            "machine": info,
+            "checks": checks,
+            "steps": steps,
+            "summary": summary(steps),
+        }
+        write_results(args, report)
     spark.stop()
-    return 0 if checks.startswith("passed") else 1
+    return 0 if paused or checks.startswith("passed") else 1
 
 
 if __name__ == "__main__":
