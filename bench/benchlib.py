@@ -228,6 +228,20 @@ def multiset_difference(spark: Any, left: str, right: str) -> Tuple[int, int]:
 # -- machine and versions -----------------------------------------------------------------------
 
 
+def git(*args: str) -> str:
+    """`git <args>` in this repository: its output, stripped."""
+    return subprocess.run(
+        ["git", *args], cwd=REPO_DIR, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def dbt_tree() -> str:
+    """The git tree of the adapter code at HEAD (`dbt/`), '' when `dbt/` has uncommitted
+    changes: what a result measured on this checkout was measured on."""
+    dirty = git("status", "--short", "--untracked-files=no", "--", "dbt")
+    return "" if dirty else git("rev-parse", "HEAD:dbt")
+
+
 def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
     from importlib.metadata import version
 
@@ -247,12 +261,6 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
     except OSError:
         pass
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=REPO_DIR, capture_output=True, text=True
-        ).stdout.strip()
-
     conf = spark.sparkContext.getConf()
     return {
         "cores": os.cpu_count(),

@@ -49,6 +49,7 @@ import yaml
 from benchlib import (
     BENCH_DIR,
     Dbt,
+    dbt_tree,
     machine_info,
     machine_lines,
     median,
@@ -365,19 +366,6 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
     (results / f"{args.output_name}.md").write_text("\n".join(lines) + "\n")
 
 
-def dbt_tree() -> str:
-    """The git tree of the adapter code this process runs (dbt/ at HEAD), '' if dbt/ is dirty."""
-    import subprocess
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=BENCH_DIR.parent, capture_output=True, text=True
-        ).stdout.strip()
-
-    dirty = git("status", "--short", "--untracked-files=no", "--", "dbt")
-    return "" if dirty else git("rev-parse", "HEAD:dbt")
-
-
 class Progress:
     """What a soak has done so far, in its work dir: the arguments and the processes that ran
     it (`soak.json`) and one line per step (`steps.jsonl`), so that `--resume` carries on where
@@ -496,7 +484,6 @@ def main() -> int:
     )
     progress.save(meta)
 
-    checks = meta["checks"]
     paused = False
     for number in range(first, args.steps + 1):
         if number > first or not appended(spark, number, args.rows):
@@ -518,12 +505,10 @@ def main() -> int:
         if number % args.check_every == 0 or number == args.steps:
             failed = dbt_test(dbt, work)
             if failed:
-                checks = f"failed at step {number}: {', '.join(failed)}"
-                print(checks, flush=True)
-                meta["checks"] = checks
+                meta["checks"] = f"failed at step {number}: {', '.join(failed)}"
+                print(meta["checks"], flush=True)
                 break
-            checks = f"passed every {args.check_every} steps and after the last"
-            meta["checks"] = checks
+            meta["checks"] = f"passed every {args.check_every} steps and after the last"
             progress.save(meta)
         if number % 10 == 0 or number == args.steps:
             print(f"step {number}: dbt run {wall:.2f} s", flush=True)
@@ -543,13 +528,13 @@ def main() -> int:
             "args": meta["args"],
             "processes": meta["processes"],
             "machine": info,
-            "checks": checks,
+            "checks": meta["checks"],
             "steps": steps,
             "summary": summary(steps),
         }
         write_results(args, report)
     spark.stop()
-    return 0 if paused or checks.startswith("passed") else 1
+    return 0 if paused or meta["checks"].startswith("passed") else 1
 
 
 if __name__ == "__main__":
