@@ -148,9 +148,13 @@ def latest_checksum(log: Path) -> Dict[str, Any]:
     return json.loads(crc.read_text()) if crc and crc.exists() else {}
 
 
-def table_sizes(spark: Any, work: Path) -> Dict[str, Dict[str, int]]:
+def table_sizes(
+    spark: Any, work: Path, group_columns: Dict[str, List[str]]
+) -> Dict[str, Dict[str, int]]:
     """Files and bytes of every table of the schema (no Spark job where Delta wrote a checksum
-    for the latest version); rows and distinct groups of every state table."""
+    for the latest version); rows and distinct groups of every state table. `group_columns`:
+    each state table's group columns, looked up once per soak (a lookup loads the table, which
+    costs more as its log grows)."""
     logs = {p.parent.name: p for p in work.glob(f"warehouse/**/{SCHEMA}.db/*/_delta_log")}
     sizes = {}
     counts = []
@@ -165,9 +169,10 @@ def table_sizes(spark: Any, work: Path) -> Dict[str, Dict[str, int]]:
             detail = spark.sql(f"DESCRIBE DETAIL {SCHEMA}.{name}").collect()[0]
             entry = {"files": int(detail["numFiles"]), "bytes": int(detail["sizeInBytes"])}
         if "__streamsql_" in name:
-            groups = [
-                c for c in spark.table(f"{SCHEMA}.{name}").columns if c.startswith("_streamsql_g")
-            ]
+            if name not in group_columns:
+                columns = spark.table(f"{SCHEMA}.{name}").columns
+                group_columns[name] = [c for c in columns if c.startswith("_streamsql_g")]
+            groups = group_columns[name]
             distinct = f"COUNT(DISTINCT {', '.join(groups)})" if groups else "1"
             counts.append(
                 f"SELECT '{name}' AS t, COUNT(*) AS n, {distinct} AS g FROM {SCHEMA}.{name}"
@@ -485,6 +490,7 @@ def main() -> int:
     progress.save(meta)
 
     paused = False
+    group_columns: Dict[str, List[str]] = {}
     for number in range(first, args.steps + 1):
         if number > first or not appended(spark, number, args.rows):
             append(spark, number, args.rows, args.minutes)
@@ -496,7 +502,7 @@ def main() -> int:
             # what a step did besides its change: compactions, dropped state, recomputes
             "notes": {n: node.adapter.get("notes") or [] for n, node in nodes.items()},
             "computed": {n: node.adapter.get("computed", "") for n, node in nodes.items()},
-            "tables": table_sizes(spark, work),
+            "tables": table_sizes(spark, work, group_columns),
         }
         if number == first and number > 1:
             record["first_in_process"] = True
