@@ -1,9 +1,11 @@
-"""Delta's log read in the JVM says what SQL says, and commits' row counts match their change feed.
+"""Delta's log read without statements says what SQL says, and commits' row counts match their
+change feed.
 
-The embedded session answers a step's catalog questions from Delta's log in the driver's JVM
-(execution/delta_log.py, JvmDeltaLog) instead of statements; a Thrift connection asks through SQL
-(SqlDeltaLog). Both must give the same answers on real tables, and the JVM reader must answer
-by itself (a silent fall back to SQL would only show as lost speed).
+The embedded session answers a step's catalog questions without statements (execution/engine):
+`JvmDeltaLog` asks the driver's JVM what the catalog knows and reads the log's files for the rest,
+with Delta's snapshot in the JVM (`JvmSnapshotLog`) behind it; a Thrift connection asks through
+SQL (`SqlDeltaLog`). All must give the same answers on real tables, and each must answer by
+itself (a silent fall back would only show as lost speed, or as a cost that grows with the log).
 """
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ from typing import Any, Dict, List
 import pytest
 
 from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
-from dbt.adapters.streamsql.execution.engine import delta_log
-from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog
+from dbt.adapters.streamsql.execution.engine import delta_files, delta_log
+from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog, JvmDeltaLog
 from dbt.adapters.streamsql.execution.engine.delta_log import (
-    JvmDeltaLog,
     NotDeltaTable,
     SqlDeltaLog,
     TableMissing,
@@ -50,16 +51,38 @@ class OnlyLocations(SqlDeltaLog):
     version = snapshot = commits = recent_commits = _refuse
 
 
+class Refuses:
+    """A reader's fallback that must not be asked (a Delta table's questions)."""
+
+    def __getattr__(self, question: str) -> Any:
+        def refuse(*args: Any) -> Any:
+            raise AssertionError(f"the reader fell back for {question}{args}")
+
+        return refuse
+
+
 @pytest.fixture(scope="module")
-def readers(spark, request):
+def readers(spark):
+    """The embedded session's reader, whose Delta snapshot in the JVM must not fall back to SQL,
+    and the SQL reader."""
     sql_reader = SqlDeltaLog(SparkSqlSession(spark))
     jvm_reader = JvmDeltaLog(spark, sql_reader)
 
     def no_fall_back(question, error, ask):
         raise AssertionError(f"the JVM reader fell back to SQL for {question}: {error}")
 
-    jvm_reader._fall_back = no_fall_back
+    jvm_reader.jvm._fall_back = no_fall_back
     return jvm_reader, sql_reader
+
+
+@pytest.fixture(scope="module")
+def files_only(spark, readers):
+    """The embedded session's reader that must read a Delta table's files: its fallback (Delta's
+    snapshot, whose update lists the whole log) refuses."""
+    reader = JvmDeltaLog(spark, readers[1])
+    reader.jvm._fall_back = readers[0].jvm._fall_back
+    reader.fallback = Refuses()
+    return reader
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +116,11 @@ def table(spark):
     return name
 
 
-def test_snapshots_agree(readers, file_reader, table):
+def test_snapshots_agree(readers, files_only, file_reader, table):
     jvm, sql = readers
-    from_jvm, from_sql = jvm.snapshot(table), sql.snapshot(table)
+    from_jvm, from_sql = jvm.jvm.snapshot(table), sql.snapshot(table)
     assert from_jvm == from_sql  # the size from the version's checksum file included
+    assert files_only.snapshot(table) == from_sql
     assert file_reader.snapshot(table) == from_sql
     assert file_reader.version(table) == from_sql.version
     assert from_jvm.version == 6 and from_jvm.table_id and from_jvm.size_bytes
@@ -113,11 +137,12 @@ def test_snapshots_agree(readers, file_reader, table):
     ]
 
 
-def test_commits_agree_and_count_their_change_feed(spark, readers, file_reader, table):
+def test_commits_agree_and_count_their_change_feed(spark, readers, files_only, file_reader, table):
     jvm, sql = readers
-    from_jvm, from_sql = jvm.commits(table, 1, 6), sql.commits(table, 1, 6)
-    assert file_reader.commits(table, 1, 6) == from_jvm
-    assert file_reader.recent_commits(table, 3) == jvm.recent_commits(table, 3)
+    from_jvm, from_sql = jvm.jvm.commits(table, 1, 6), sql.commits(table, 1, 6)
+    for reader in (files_only, file_reader):
+        assert reader.commits(table, 1, 6) == from_jvm
+        assert reader.recent_commits(table, 3) == jvm.jvm.recent_commits(table, 3)
     assert [c.version for c in from_jvm] == [1, 2, 3, 4, 5, 6]
     for a, b in zip(from_jvm, from_sql):
         assert (a.operation, dict(a.parameters), dict(a.metrics), a.user_metadata) == (
@@ -126,7 +151,7 @@ def test_commits_agree_and_count_their_change_feed(spark, readers, file_reader, 
             dict(b.metrics),
             b.user_metadata,
         ), a.version
-    assert jvm.recent_commits(table, 2) == sql.recent_commits(table, 2)
+    assert jvm.jvm.recent_commits(table, 2) == sql.recent_commits(table, 2)
     for commit in from_jvm:
         rows = spark.sql(
             f"SELECT count(*) AS n, count_if(_change_type IN ('delete', 'update_preimage')) AS r "
@@ -139,7 +164,7 @@ def test_what_is_not_a_delta_table_or_not_there(spark, readers, file_reader):
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
     spark.sql(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.plain (a INT) USING parquet")
     spark.sql(f"CREATE OR REPLACE VIEW {SCHEMA}.a_view AS SELECT 1 AS a")
-    for reader in (*readers, file_reader):
+    for reader in (*readers, readers[0].jvm, file_reader):
         with pytest.raises(NotDeltaTable):
             reader.snapshot(f"{SCHEMA}.plain")
         for name in ("nothing_here", "a_view"):
@@ -153,3 +178,36 @@ def test_names_may_be_quoted(readers, table):
     schema, name = table.split(".")
     assert jvm.version(f"`{schema}`.`{name}`") == jvm.version(table)
     assert delta_log.name_parts("`a.b`.`c``d`") == ("a.b", "c`d")
+
+
+def test_a_long_log_is_read_from_its_last_checkpoint_without_listing_it(
+    spark, readers, files_only, monkeypatch
+):
+    """Delta's snapshot lists a table's whole `_delta_log` on a local file system, a cost that
+    grows with the log (30 days of it by default; bench/results/soak_400.md). The embedded
+    reader finds the newest version from the last checkpoint on: it answers a table with
+    checkpoints without its fallback and without listing the folder, after a table was
+    replaced too, and says a dropped table is missing."""
+    name = f"{SCHEMA}.long_log"
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+    spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT) USING delta "
+        "TBLPROPERTIES ('delta.checkpointInterval' = '3')"
+    )
+    for batch in range(8):
+        spark.sql(f"INSERT INTO {name} VALUES ({batch})")
+    _, sql = readers
+    with monkeypatch.context() as patched:
+        patched.setattr(delta_files.os, "listdir", Refuses().listdir)
+        assert files_only.version(name) == sql.version(name) == 8
+        assert files_only.snapshot(name) == sql.snapshot(name)
+        assert files_only.recent_commits(name, 3) == sql.recent_commits(name, 3)
+        assert [c.version for c in files_only.commits(name, 5, 8)] == [5, 6, 7, 8]
+        spark.sql(f"CREATE OR REPLACE TABLE {name} (id BIGINT, at DATE) USING delta")
+        assert files_only.snapshot(name) == sql.snapshot(name)
+        assert files_only.snapshot(name).columns[1].data_type == "date"
+    spark.sql(f"DROP TABLE {name}")
+    with pytest.raises(TableMissing):
+        files_only.version(name)
+    assert not files_only.exists(name)

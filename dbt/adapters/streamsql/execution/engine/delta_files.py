@@ -19,8 +19,11 @@ from dbt.adapters.events.logging import AdapterLogger
 
 from dbt.adapters.streamsql.execution.engine.delta_log import (
     Commit,
+    DeltaLogReader,
+    JvmSnapshotLog,
     NotDeltaTable,
     SqlDeltaLog,
+    TableMissing,
     TableSnapshot,
     ask_catalog,
     commit_from_info,
@@ -73,31 +76,24 @@ def delta_location(information: str) -> Optional[str]:
     return found.group(1).strip() if found else None
 
 
-class FileDeltaLog:
-    """Reads Delta's log files on this machine's file system; asks `fallback` when it cannot.
-
-    Where a table's files are is the catalog's answer: `known` gives it from dbt's relation
-    cache (no statement), else one `SHOW TABLE EXTENDED` per table and dbt invocation, which
-    reads the metastore only. (`DESCRIBE DETAIL` would also do: it rebuilds the table's file list
-    from its log to give its size, 0.5-1 s after a commit, and the step's read of the table
-    rebuilds it again.) A table that statement does not show as Delta is asked `DESCRIBE
-    DETAIL`, whose error says what it is."""
+class LogFiles:
+    """A table's version, snapshot and commits read from its `_delta_log` files on this machine,
+    from the last checkpoint on (a cost that does not grow with the log); `fallback` answers
+    where `_log_dir` gives no folder, or a file is not there."""
 
     free_snapshots = True
     VERSION_FILE = re.compile(r"^(\d{20})\.json$")
 
-    def __init__(
-        self, fallback: SqlDeltaLog, invocation: str, known: Optional[KnownLocation] = None
-    ) -> None:
+    def __init__(self, fallback: DeltaLogReader) -> None:
         self.fallback = fallback
-        self.invocation = invocation
-        self.known = known or (lambda name: None)
 
-    def exists(self, name: str) -> bool:
-        # the catalog's answer (files may outlive a table): dbt's cache of it, else a statement
-        if self._cached_location(name) is not None:
-            return True
-        return self.fallback.exists(name)
+    def _log_dir(self, name: str) -> Optional[str]:
+        """The table's `_delta_log` folder on this machine; None: ask `fallback`."""
+        raise NotImplementedError
+
+    def _location(self, name: str) -> str:
+        """The table's location as a snapshot gives it, once `_log_dir` found its folder."""
+        raise NotImplementedError
 
     def version(self, name: str) -> int:
         log = self._log_dir(name)
@@ -123,10 +119,10 @@ class FileDeltaLog:
                 columns,
                 int(size) if size is not None else None,
                 int(files) if files is not None else None,
-                _LOCATIONS[(self.invocation, name)][1],  # set by _log_dir above
+                self._location(name),
             )
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # no checksum file: ask SQL
-            logger.debug(f"Reading {name}'s checksum file failed ({exc}); asking through SQL")
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # no checksum file
+            logger.debug(f"Reading {name}'s checksum file failed ({exc}); asking another way")
             return self.fallback.snapshot(name)
 
     def commits(self, name: str, first: int, last: int) -> List[Commit]:
@@ -146,6 +142,62 @@ class FileDeltaLog:
             return self.fallback.recent_commits(name, limit)
         found = [self._commit(log, v) for v in range(latest, max(latest - limit, -1), -1)]
         return [commit for commit in found if commit is not None]
+
+    def _latest(self, log: str) -> Optional[int]:
+        """The newest committed version: from the last checkpoint on, the first missing file."""
+        version = -1
+        try:
+            with open(os.path.join(log, "_last_checkpoint")) as handle:
+                version = int(json.load(handle)["version"])
+        except (OSError, ValueError, KeyError):
+            versions = [
+                int(match.group(1))
+                for match in map(self.VERSION_FILE.match, os.listdir(log))
+                if match
+            ]
+            version = max(versions, default=-1)
+        while os.path.exists(os.path.join(log, f"{version + 1:020d}.json")):
+            version += 1
+        return version if version >= 0 else None
+
+    @staticmethod
+    def _commit(log: str, version: int) -> Optional[Commit]:
+        try:
+            with open(os.path.join(log, f"{version:020d}.json")) as handle:
+                for line in handle:
+                    if line.startswith('{"commitInfo"'):
+                        info = json.loads(line)["commitInfo"]
+                        break
+                else:
+                    return None
+        except OSError:  # removed by the log's retention, as DESCRIBE HISTORY would not show it
+            return None
+        return commit_from_info(version, info)
+
+
+class FileDeltaLog(LogFiles):
+    """Reads Delta's log files on this machine's file system; asks `fallback` when it cannot.
+
+    Where a table's files are is the catalog's answer: `known` gives it from dbt's relation
+    cache (no statement), else one `SHOW TABLE EXTENDED` per table and dbt invocation, which
+    reads the metastore only. (`DESCRIBE DETAIL` would also do: it rebuilds the table's file list
+    from its log to give its size, 0.5-1 s after a commit, and the step's read of the table
+    rebuilds it again.) A table that statement does not show as Delta is asked `DESCRIBE
+    DETAIL`, whose error says what it is."""
+
+    def __init__(
+        self, fallback: SqlDeltaLog, invocation: str, known: Optional[KnownLocation] = None
+    ) -> None:
+        super().__init__(fallback)
+        self.fallback: SqlDeltaLog = fallback
+        self.invocation = invocation
+        self.known = known or (lambda name: None)
+
+    def exists(self, name: str) -> bool:
+        # the catalog's answer (files may outlive a table): dbt's cache of it, else a statement
+        if self._cached_location(name) is not None:
+            return True
+        return self.fallback.exists(name)
 
     # -- the files -------------------------------------------------------------------------------
 
@@ -172,6 +224,9 @@ class FileDeltaLog:
             del _LOCATIONS[key]
             return None
         return log
+
+    def _location(self, name: str) -> str:
+        return _LOCATIONS[(self.invocation, name)][1]
 
     def _catalog_location(self, name: str) -> Optional[str]:
         """A Delta table's location as the metastore gives it; None when it does not say (a
@@ -207,33 +262,39 @@ class FileDeltaLog:
             return None
         return location
 
-    def _latest(self, log: str) -> Optional[int]:
-        """The newest committed version: from the last checkpoint on, the first missing file."""
-        version = -1
-        try:
-            with open(os.path.join(log, "_last_checkpoint")) as handle:
-                version = int(json.load(handle)["version"])
-        except (OSError, ValueError, KeyError):
-            versions = [
-                int(match.group(1))
-                for match in map(self.VERSION_FILE.match, os.listdir(log))
-                if match
-            ]
-            version = max(versions, default=-1)
-        while os.path.exists(os.path.join(log, f"{version + 1:020d}.json")):
-            version += 1
-        return version if version >= 0 else None
 
-    @staticmethod
-    def _commit(log: str, version: int) -> Optional[Commit]:
-        try:
-            with open(os.path.join(log, f"{version:020d}.json")) as handle:
-                for line in handle:
-                    if line.startswith('{"commitInfo"'):
-                        info = json.loads(line)["commitInfo"]
-                        break
-                else:
-                    return None
-        except OSError:  # removed by the log's retention, as DESCRIBE HISTORY would not show it
+class JvmDeltaLog(LogFiles):
+    """The embedded session's reader: the catalog's answers (whether a table exists, where its
+    files are) from the driver's JVM, a metastore lookup each; the version, snapshot and commits
+    from the log's files when they are on this machine, else from Delta's snapshot in the JVM
+    (`JvmSnapshotLog`, which asks SQL when the JVM cannot answer)."""
+
+    def __init__(self, spark: Any, fallback: SqlDeltaLog) -> None:
+        self.jvm = JvmSnapshotLog(spark, fallback)
+        super().__init__(self.jvm)
+        # per table: (its log's folder, its location) as the JVM said, for this reader (a step)
+        self._where: Dict[str, Tuple[str, str]] = {}
+
+    def exists(self, name: str) -> bool:
+        return self.jvm.exists(name)
+
+    def _log_dir(self, name: str) -> Optional[str]:
+        """Raises TableMissing as the catalog says, every time (a step may create a table it
+        asked about, or replace it)."""
+        if name in self._where:
+            if not self.jvm.exists(name):
+                del self._where[name]
+                raise TableMissing(f"{name} not found")
+        else:
+            found = self.jvm.location(name)
+            if found is None:
+                return None
+            self._where[name] = found
+        log = self._where[name][0]
+        if not os.path.isdir(log):  # not a Delta table, or dropped: the JVM says what it is
+            del self._where[name]
             return None
-        return commit_from_info(version, info)
+        return log
+
+    def _location(self, name: str) -> str:
+        return self._where[name][1]

@@ -12,11 +12,20 @@ in its last commit), whether a write landed. Two readers answer them:
   the commit files, each in well under a millisecond. It takes the table's location from dbt's
   relation cache, else asks SQL once per table and dbt invocation (`DESCRIBE DETAIL`), and asks
   SQL instead wherever a file is not there.
-- `JvmDeltaLog` (the embedded session only) reads Delta's transaction log in the driver's JVM
-  through py4j: a table's current snapshot and the commit files themselves, in milliseconds, with
-  no statement and no Spark job. It uses classes of the pinned delta-spark (`DeltaLog`,
-  `Snapshot`, the log's actions), which are not a public API: when one of them does not answer as
-  expected, it asks `SqlDeltaLog` instead, so a Delta upgrade can cost speed but not correctness.
+- `JvmDeltaLog` (delta_files.py; the embedded session only) asks the driver's JVM through py4j
+  what only the catalog knows (whether a table exists, where its files are), and reads the log's
+  files itself where they are on this machine, as `FileDeltaLog` does. Elsewhere, or when a file
+  is not there, `JvmSnapshotLog` (here) asks Delta's own classes for the table's snapshot and
+  commits, in milliseconds, with no statement and no Spark job. Those classes of the pinned
+  delta-spark (`DeltaLog`, `Snapshot`, the log's actions) are not a public API: when one of them
+  does not answer as expected, it asks `SqlDeltaLog` instead, so a Delta upgrade can cost speed
+  but not correctness.
+
+  Why not Delta's snapshot everywhere: `DeltaLog.update` and `getChanges` list the table's whole
+  `_delta_log` folder on a local file system, and the public `Catalog.tableExists` loads the
+  table's snapshot to answer, so each cost grows with the log's length (Delta keeps 30 days of
+  it): 10-30 ms on a new table, 50-80 ms at 400 versions (bench/results/soak_400.md). The files
+  are found from the last checkpoint on, at a cost that does not grow.
 
 Names are unquoted `schema.table` (as `InputTable.name`).
 """
@@ -314,7 +323,7 @@ class SqlDeltaLog:
         )
 
 
-class JvmDeltaLog:
+class JvmSnapshotLog:
     """Reads Delta's log in the embedded session's JVM; asks `fallback` when that fails."""
 
     free_snapshots = True
@@ -333,7 +342,9 @@ class JvmDeltaLog:
             jvm = self.jvm
             option = jvm.scala.Option
             self._handles = {
-                "catalog": self.spark._jsparkSession.catalog(),
+                # the session catalog (the metastore's answer), not the public `Catalog`, whose
+                # `tableExists` loads a Delta table's snapshot: a listing of its log
+                "catalog": self.spark._jsparkSession.sessionState().catalog(),
                 "option": option,
                 "none": option.empty(),
                 "identifier": jvm.org.apache.spark.sql.catalyst.TableIdentifier,
@@ -342,11 +353,26 @@ class JvmDeltaLog:
         return self._handles
 
     def exists(self, name: str) -> bool:
-        schema, table = name_parts(name)
         try:
-            return bool(self.handles["catalog"].tableExists(schema, table))
+            return bool(self.handles["catalog"].tableExists(self._identifier(name)))
         except Exception as exc:
             return self._fall_back("exists", exc, lambda: self.fallback.exists(name))
+
+    def location(self, name: str) -> Optional[Tuple[str, str]]:
+        """(the log's folder on this machine, the table's location as Delta gives it) of a table
+        the catalog has; None when its files are not on a local file system or the JVM cannot
+        say. Raises TableMissing as the catalog says."""
+        try:
+            delta_log = self._delta_log(name)
+            log_path = delta_log.logPath().toUri()
+            if str(log_path.getScheme() or "file") != "file":
+                return None
+            return str(log_path.getPath()), str(delta_log.dataPath().toString())
+        except TableMissing:
+            raise
+        except Exception as exc:
+            logger.debug(f"Asking the JVM where {name} is failed ({exc}); reading its snapshot")
+            return None
 
     def version(self, name: str) -> int:
         try:
@@ -423,12 +449,15 @@ class JvmDeltaLog:
 
     # -- the JVM side ---------------------------------------------------------------------------
 
-    def _delta_log(self, name: str) -> Any:
+    def _identifier(self, name: str) -> Any:
         schema, table = name_parts(name)
+        return self.handles["identifier"](table, self.handles["option"].apply(schema))
+
+    def _delta_log(self, name: str) -> Any:
         handles = self.handles
-        if not handles["catalog"].tableExists(schema, table):
+        identifier = self._identifier(name)
+        if not handles["catalog"].tableExists(identifier):
             raise TableMissing(f"{name} not found")
-        identifier = handles["identifier"](table, handles["option"].apply(schema))
         try:
             return handles["delta_log"].forTable(self.spark._jsparkSession, identifier)
         except Exception as exc:

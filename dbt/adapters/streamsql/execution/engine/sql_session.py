@@ -28,12 +28,12 @@ from dbt_common.events.functions import fire_event
 from dbt_common.invocation import get_invocation_id
 
 from dbt.adapters.streamsql.execution.engine import connect_client
-from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog, delta_location
-from dbt.adapters.streamsql.execution.engine.delta_log import (
-    DeltaLogReader,
+from dbt.adapters.streamsql.execution.engine.delta_files import (
+    FileDeltaLog,
     JvmDeltaLog,
-    SqlDeltaLog,
+    delta_location,
 )
+from dbt.adapters.streamsql.execution.engine.delta_log import DeltaLogReader, SqlDeltaLog
 from dbt.adapters.streamsql.execution.engine.statements import cached_view, reset_conf, set_conf
 from dbt.adapters.streamsql.execution.engine.trace import StatementTrace
 
