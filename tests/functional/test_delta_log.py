@@ -187,7 +187,7 @@ def test_a_long_log_is_read_from_its_last_checkpoint_without_listing_it(
     grows with the log (30 days of it by default; bench/results/soak_400.md). The embedded
     reader finds the newest version from the last checkpoint on: it answers a table with
     checkpoints without its fallback and without listing the folder, after a table was
-    replaced too, and says a dropped table is missing."""
+    replaced too, and says a table dropped since it read it is missing."""
     name = f"{SCHEMA}.long_log"
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
     spark.sql(f"DROP TABLE IF EXISTS {name}")
@@ -207,7 +207,9 @@ def test_a_long_log_is_read_from_its_last_checkpoint_without_listing_it(
         spark.sql(f"CREATE OR REPLACE TABLE {name} (id BIGINT, at DATE) USING delta")
         assert files_only.snapshot(name) == sql.snapshot(name)
         assert files_only.snapshot(name).columns[1].data_type == "date"
-    spark.sql(f"DROP TABLE {name}")
+    embedded = readers[0]
+    assert embedded.version(name) == 9  # its folder now known to this reader
+    spark.sql(f"DROP TABLE {name}")  # and its folder removed
     with pytest.raises(TableMissing):
-        files_only.version(name)
-    assert not files_only.exists(name)
+        embedded.version(name)
+    assert not embedded.exists(name)
