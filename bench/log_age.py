@@ -117,6 +117,8 @@ def main() -> int:
         "",
         "Median milliseconds of each question (after one untimed answer), by the table's",
         "versions (and the entries of its `_delta_log` folder: commits, checksums, checkpoints).",
+        "The file reader asks the catalog where a table is once per step (a lookup like `exists`),",
+        "in the untimed first answer; `exists` is the metastore's answer for both readers.",
         "",
         "| reader | question | " + " | ".join(f"{v} versions" for v in milestones) + " |",
         "|---|---|" + "---:|" * len(milestones),
