@@ -269,6 +269,7 @@ class JvmDeltaLog(LogFiles):
     (`JvmSnapshotLog`, which asks SQL when the JVM cannot answer)."""
 
     def __init__(self, spark: Any, fallback: SqlDeltaLog) -> None:
+        self.spark = spark  # the session's JVM: recovery/faults.py reads commits' files there
         self.jvm = JvmSnapshotLog(spark, fallback)
         super().__init__(self.jvm)
         # per table: (its log's folder, its location) as the JVM said, for this reader (a step)
