@@ -538,10 +538,22 @@ class TestInsertOnlySteps:
             statements = net_statements(logs_dir, model, since)
             assert len(statements) == 1 and "HAVING SUM" in statements[0], (model, statements)
         # the top three lost their third row, (1, 10): the row below the cut that takes its
-        # place is known only by reading the query again (the step says so)
+        # place, (3, 5), is among those the step record keeps (the query is not read again)
+        top_three = by_name(results, "top_three").adapter_response
+        assert top_three["notes"] == [], top_three
+        assert (top_three["inserted"], top_three["deleted"]) == (1, 1), top_three
+
+        # more rows than the record keeps below the cut (3 + 10), then deletions of the top
+        # 16: the rows left are not all known, and the query is read again (the step says so)
+        project.run_sql(f"insert into {src} select id, 3, id from range(100, 120) as r(id)")
+        results = run_dbt(["run"])
+        self.assert_models_equal_queries(project)
+        assert by_name(results, "top_three").adapter_response["notes"] == []
+        project.run_sql(f"delete from {src} where id >= 104")
+        results = run_dbt(["run"])
+        self.assert_models_equal_queries(project)
         top_three = by_name(results, "top_three").adapter_response
         assert top_three["notes"] == [global_top_k.READ_AGAIN], top_three
-        assert (top_three["inserted"], top_three["deleted"]) == (1, 1), top_three
 
 
 STAGED = """

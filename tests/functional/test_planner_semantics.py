@@ -8,6 +8,7 @@ the output of the changed groups. Plans with stages: test_planner_semantics_stag
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import random
 import sys
@@ -18,6 +19,7 @@ import pytest
 from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.engine import statements
+from dbt.adapters.streamsql.planning import global_top_k
 from dbt.adapters.streamsql.planning.binding import bind_text, parse_query
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
@@ -557,9 +559,114 @@ def test_global_top_k_is_exact_from_its_rows_and_over_the_new_inputs(spark, sql)
     # the step's own choice, then the query's first rows over the new inputs (always exact).
     # A first step's model is empty (the rows from the change alone); deleting everything
     # leaves fewer known rows than the LIMIT (the query read again).
+    # Without rows below the cut (a step whose record keeps none).
+    no_buffer = without_rows_below_the_cut(plan)
     for old, new in scenarios(4):
-        check_change(spark, sql, plan, old, new)
-        check_change(spark, sql, plan, old, new, plan.change_sql.replace(gate, "true"))
+        check_change(spark, sql, no_buffer, old, new)
+        check_change(spark, sql, no_buffer, old, new, no_buffer.change_sql.replace(gate, "true"))
+
+
+def without_rows_below_the_cut(plan, relation=None, complete=False):
+    """`plan` with a global top-K's rows below the cut bound: `relation` (none by default),
+    and whether they and the model were all of the query."""
+    if relation is None:
+        relation = global_top_k.buffer_relation(plan.output_columns, [])
+
+    def bound(text):
+        text = text.replace(global_top_k.BUFFER, f"({relation})")
+        if plan.top_k is not None:  # correct whether or not the gate opens
+            text = text.replace(global_top_k.NEW_TOP, f"({plan.top_k.new_top_sql})")
+        return text.replace(global_top_k.COMPLETE, "true" if complete else "false")
+
+    return dataclasses.replace(
+        plan,
+        change_sql=bound(plan.change_sql),
+        bounds=tuple(dataclasses.replace(b, value=bound(b.value)) for b in plan.bounds),
+        top_k=plan.top_k
+        and dataclasses.replace(plan.top_k, buffer_sql=bound(plan.top_k.buffer_sql)),
+    )
+
+
+def below_the_limit(sql, columns):
+    """The query without its ORDER BY and LIMIT (R), and the LIMIT."""
+    tree = parse_query(sql)
+    limit = global_top_k.split(tree, columns)
+    return tree.sql(DIALECT), limit
+
+
+def ranked_texts(spark, sql, limit, columns, placeholder, first, last):
+    """The texts (as the step record keeps them) of the rows of `sql` (R) ranked first..last,
+    in the order the global top-K keeps."""
+    order = global_top_k._ordering(limit, columns)
+    texts = ", ".join(f"{global_top_k.as_text(c)} AS `{c.name}`" for c in columns)
+    model_over(spark, sql, placeholder).createOrReplaceTempView("_ranked_result")
+    rows = spark.sql(
+        f"SELECT {texts} FROM (SELECT *, row_number() OVER (ORDER BY {order}) AS _rn "
+        f"FROM _ranked_result) WHERE _rn BETWEEN {first} AND {last} ORDER BY _rn"
+    ).collect()
+    return [[row[c.name] for c in columns] for row in rows]
+
+
+@pytest.mark.parametrize("sql", GLOBAL_TOP_K)
+def test_global_top_k_rows_below_the_cut_are_exact(spark, sql):
+    """With the rows the step record keeps below the cut (B): all of them, half of them (a
+    B that deletions shrank), none (a step without them). The change is the new first k rows,
+    and the next B the rows ranked right after them, and said to end the result only when
+    it does."""
+    columns = output_columns(spark, sql)
+    plan = plan_step(sql, INPUTS, columns)
+    unlimited, limit = below_the_limit(sql, columns)
+    top_k = plan.top_k
+    assert top_k is not None and top_k.buffer_rows == limit.buffer, plan.reason
+    k, m = limit.count, limit.buffer
+    for old, new in scenarios(5, first_step=False):
+        register_inputs(spark, old, new)
+        below = ranked_texts(spark, unlimited, limit, columns, old_input, k + 1, k + m)
+        old_count = model_over(spark, unlimited, old_input).count()
+        new_below = ranked_texts(spark, unlimited, limit, columns, new_input, k + 1, k + m)
+        new_count = model_over(spark, unlimited, new_input).count()
+        for kept, complete in (
+            (below, old_count <= k + m),
+            (below[: len(below) // 2], False),
+            ([], False),
+        ):
+            register_inputs(spark, old, new)
+            relation = global_top_k.buffer_relation(columns, kept)
+            bound = without_rows_below_the_cut(plan, relation, complete)
+            check_change(spark, sql, bound, old, new)
+            buffer_sql = with_bounds(spark, bound.top_k.buffer_sql, bound.bounds)
+            rows = spark.sql(buffer_sql).collect()
+            record = global_top_k.buffer_record(m, columns, [r.asDict() for r in rows])
+            assert record["rows"] == new_below[: len(record["rows"])], (kept, complete)
+            if record["complete"]:
+                assert record["rows"] == new_below
+                assert max(new_count - k, 0) == len(new_below)
+            if complete:  # the model and B were all of the query: so is P of the new result
+                assert record["rows"] == new_below
+                assert record["complete"] == (new_count <= k + m)
+
+
+def test_a_deletion_above_the_cut_is_filled_from_the_rows_below_it(spark):
+    """The top row deleted: without rows below the cut the step must read the query again
+    (the gate opens); with them it does not. Either way the next rows below are the rest."""
+    sql = "select id, v from demo.t order by v desc, id limit 2"
+    columns = output_columns(spark, sql)
+    plan = plan_step(sql, INPUTS, columns)
+    old, new = (T_ROWS, []), ([r for r in T_ROWS if r[0] != 1], [])
+    below = [["2", "3.00"], ["5", "2.00"], ["4", "1.00"]]  # (1, 5) and (3, 5) are the top two
+    gates = {}
+    for kept, complete in (([], False), (below, True)):
+        bound = without_rows_below_the_cut(
+            plan, global_top_k.buffer_relation(columns, kept), complete
+        )
+        check_change(spark, sql, bound, old, new)  # binds the inputs and the model's rows
+        gate = bound.bounds[-1]
+        gates[len(kept)] = with_bounds(spark, gate.name, bound.bounds)
+        rows = spark.sql(with_bounds(spark, bound.top_k.buffer_sql, bound.bounds)).collect()
+        record = global_top_k.buffer_record(10, columns, [r.asDict() for r in rows])
+        # read again, or from the model and B, which were all of it: the end of the result
+        assert record["rows"] == below[1:] and record["complete"], kept
+    assert gates == {0: "(1 >= CAST('1' AS int))", 3: "false"}, gates
 
 
 @pytest.mark.parametrize("sql", RECOMPUTE)

@@ -112,6 +112,7 @@ def test_global_top_k_says_when_a_step_reads_the_whole_query():
     assert "Plan: linear" in text
     assert "fast path   projection, global top-k (limit 3)" in text
     assert "recomputed  the query's first rows over its new inputs, only on a step whose" in text
+    assert "the 10 below its cut the step record" in " ".join(text.split())
     assert "nothing" not in text
 
 

@@ -12,6 +12,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from dbt.adapters.streamsql.planning import global_top_k
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
     GROUP_DELTA,
@@ -939,12 +940,98 @@ def test_global_top_k_is_linear_with_a_gate_on_reading_the_whole_query():
     change = step.change_sql
     # the new first rows from the model and the change, or from the query over the new inputs
     assert f"WHERE NOT {gate.name}" in change and f"WHERE {gate.name}" in change
-    assert "__streamsql_new_0__" in change and TARGET in change
+    assert global_top_k.NEW_TOP in change and TARGET in change
+    # the query over the new inputs read once for the change and the rows below the cut
+    assert "__streamsql_new_0__" in step.top_k.new_top_sql
+    assert "__streamsql_new_0__" not in change + step.top_k.buffer_sql
     # ties broken by every output column after the ORDER BY
     assert "ORDER BY `temp` DESC NULLS LAST, `room` ASC NULLS FIRST, `temp` ASC NULLS FIRST" in (
         change
     )
-    assert change.count("LIMIT 3") == 3  # the inserted rows' first 3, P's first 3, the query's
+    # P's first 3, the query's first 3; of the inserted rows, the first 3 + 10 + 1: the step
+    # record keeps the 10 rows below the cut (B), and one more says B is not the end
+    assert change.count("LIMIT 3") == 2 and "LIMIT 14" in change
+    assert global_top_k.BUFFER in change and global_top_k.COMPLETE in change
+    assert (step.top_k.count, step.top_k.buffer_rows) == (3, 10)
+    assert global_top_k.BUFFER in step.top_k.buffer_sql and "LIMIT 14" in step.top_k.buffer_sql
+    assert step.top_k.new_top_sql.endswith("LIMIT 14")
+
+
+def test_global_top_k_keeps_rows_below_its_cut_only_of_types_text_gives_back_exactly():
+    """Floating point (its text may round), CHAR (padded), binary and nested types: the step
+    record keeps no rows below the cut, and the SQL is as it was without them."""
+    for data_type in ("double", "float", "binary", "array<int>", "char(3)"):
+        step = plan(
+            "select room, temp from demo.sensors order by temp desc limit 3",
+            "room",
+            f"temp {data_type}",
+        )
+        assert step.strategy == "linear" and step.top_k is None, data_type
+        assert global_top_k.BUFFER not in step.change_sql
+        assert step.change_sql.count("LIMIT 3") == 3, data_type
+    wide = plan("select room from demo.sensors order by room limit 500", "room")
+    assert wide.top_k.buffer_rows == global_top_k.MAX_BUFFER
+
+
+@pytest.mark.parametrize(
+    "data_type, text, expected",
+    [
+        ("string", "it's a \\ back", "CAST('it\\'s a \\\\ back' AS string)"),
+        ("decimal(10,2)", "1.50", "CAST('1.50' AS decimal(10,2))"),
+        ("timestamp", "1700000000000001", "timestamp_micros(CAST('1700000000000001' AS BIGINT))"),
+        ("date", None, "CAST(NULL AS date)"),
+    ],
+)
+def test_rows_below_the_cut_are_kept_as_text_and_read_back_as_literals(data_type, text, expected):
+    column = Column("c", data_type)
+    assert global_top_k.literal(column, text) == expected
+    kind = "unix_micros" if data_type == "timestamp" else "CAST(`c` AS STRING)"
+    assert kind in global_top_k.as_text(column)
+
+
+def test_the_step_record_keeps_b_its_columns_and_whether_it_ends_the_result():
+    columns = [Column("id", "bigint"), Column("v", "string")]
+
+    def rows(*ranked, everything=True):
+        found = [
+            {"id": i, "v": v, "_streamsql_rank": 3 + n, "_streamsql_all": everything}
+            for n, (i, v) in enumerate(ranked, 1)
+        ]
+        return found or [
+            {"id": None, "v": None, "_streamsql_rank": None, "_streamsql_all": everything}
+        ]
+
+    kept = global_top_k.buffer_record(2, columns, rows(("1", "a"), ("2", None)))
+    assert kept == {
+        "columns": [["id", "bigint"], ["v", "string"]],
+        "rows": [["1", "a"], ["2", None]],
+        "complete": True,
+    }
+    assert global_top_k.buffer_kept(kept, columns) == ([["1", "a"], ["2", None]], True)
+    # a row beyond the two kept: not the end of the result; nor where P was not all of it
+    assert not global_top_k.buffer_record(2, columns, rows(("1", "a"), ("2", "b"), ("3", "c")))[
+        "complete"
+    ]
+    assert not global_top_k.buffer_record(2, columns, rows(("1", "a"), everything=False))[
+        "complete"
+    ]
+    # no row below the cut: the one row says only whether the result was all known
+    assert global_top_k.buffer_record(2, columns, rows())["rows"] == []
+    assert global_top_k.buffer_record(2, columns, rows())["complete"]
+    # another model's columns, no record, or rows too large for a record: none
+    assert global_top_k.buffer_kept(kept, [Column("id", "int"), Column("v", "string")]) == (
+        [],
+        False,
+    )
+    assert global_top_k.buffer_kept(None, columns) == ([], False)
+    huge = rows(*[(str(i), "x" * 1000) for i in range(40)])
+    assert global_top_k.buffer_record(40, columns, huge) is None
+    relation = global_top_k.buffer_relation(columns, [["1", "a"], ["2", None]])
+    assert relation == (
+        "SELECT CAST('1' AS bigint) AS `id`, CAST('a' AS string) AS `v` UNION ALL "
+        "SELECT CAST('2' AS bigint) AS `id`, CAST(NULL AS string) AS `v`"
+    )
+    assert global_top_k.buffer_relation(columns, []).endswith("WHERE false")
 
 
 def test_global_top_k_over_an_aggregate_makes_the_aggregate_a_stage():

@@ -694,3 +694,14 @@ def test_an_overwrite_commit_is_netted_by_readers_of_the_feed():
     assert overwrites(Commit(5, "WRITE", {"mode": "Overwrite"}))
     assert not overwrites(Commit(5, "WRITE", {"mode": "Append"}))
     assert not overwrites(Commit(5, "MERGE", {}))
+
+
+def test_a_record_travels_in_a_set_statement_whatever_its_text_holds():
+    """A record's text goes into `SET ...userMetadata=<json>` over Thrift: no semicolon (it
+    would end the statement) and no `${` (Spark would substitute a variable), and it reads
+    back the same. A global top-K's rows below its cut are user data."""
+    record = StepRecord(step=3, run_id="r", sql_fingerprint="f")
+    record.top_k_buffer = {"columns": [["s", "string"]], "rows": [["a;b ${x}"]], "complete": True}
+    text = record.to_json()
+    assert ";" not in text and "$" not in text
+    assert StepRecord.from_json(text) == record

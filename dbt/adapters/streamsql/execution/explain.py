@@ -181,12 +181,17 @@ def plan_lines(plan: StepPlan) -> List[str]:
         notes += [note for note in stage_notes if is_partial_recompute(note)]
     partial = [note for note in notes if is_partial_recompute(note)]
     if global_top_k.CONSTRUCT in top:
+        kept = (
+            f"the model's and the {plan.top_k.buffer_rows} below its cut the step record keeps"
+            if plan.top_k is not None
+            else "the model's (no rows below the cut are kept: a column's type forbids)"
+        )
         rows.append(
             (
                 "recomputed",
                 "the query's first rows over its new inputs, only on a step whose deletions "
-                "leave fewer than the LIMIT of the model's rows known (no rows below the cut "
-                "are kept); inserts, and updates that keep a row above the cut, never need it",
+                f"leave fewer than the LIMIT of the rows known ({kept}); inserts, and updates "
+                "that keep a row above the cut, never need it",
             )
         )
     elif not partial:

@@ -190,6 +190,21 @@ class StagePlan:
 
 
 @dataclass(frozen=True)
+class GlobalTopKPlan:
+    """The rows below an `ORDER BY ... LIMIT k`'s cut a step record keeps (global_top_k.py)."""
+
+    count: int  # k
+    buffer_rows: int  # m: the rows kept below the cut
+    # The next step's rows below the cut (global_top_k.buffer_sql), over the same change as
+    # `change_sql`, and as `later_change_sql` (None: the first serves).
+    buffer_sql: str
+    # The first k+m+1 rows of the query over the new inputs, which the change and `buffer_sql`
+    # read on a step whose gate opened (global_top_k.NEW_TOP).
+    new_top_sql: str
+    later_buffer_sql: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class StepPlan:
     strategy: str  # "linear" | "aggregate" | "recompute"
     reason: str  # one line for the step log, e.g. "fast path: filter, projection" or
@@ -215,3 +230,5 @@ class StepPlan:
     # inclusion-exclusion has negative terms even for inserts). None: `change_sql` serves.
     later_change_sql: Optional[str] = None
     later_monotonic: bool = False
+    # linear: an `ORDER BY ... LIMIT k` at the top whose step record keeps rows below its cut.
+    top_k: Optional[GlobalTopKPlan] = None

@@ -37,6 +37,7 @@ from dbt.adapters.streamsql.planning.plan import (
     DIALECT,
     FAST_PATH,
     Column,
+    GlobalTopKPlan,
     InputTable,
     StagePlan,
     StepPlan,
@@ -151,10 +152,22 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
     builder.newest = True
     later = builder.query_delta(tree).sql(DIALECT)
     bounds = list(builder.bounds.values())
+    top_k = None
     if limit is not None:
         new = at_version(tree, NEW).sql(DIALECT)
         # bound on steps after the first only (a first step reads the query over the new inputs)
         bounds.append(global_top_k.gate(limit, later, output_columns))
+        if limit.buffer:
+            buffers = [
+                global_top_k.buffer_sql(limit, delta, output_columns) for delta in (change, later)
+            ]
+            top_k = GlobalTopKPlan(
+                limit.count,
+                limit.buffer,
+                buffers[0],
+                global_top_k.new_top_sql(limit, new, output_columns),
+                buffers[1] if buffers[1] != buffers[0] else None,
+            )
         change, later = (
             global_top_k.change_sql(limit, delta, new, output_columns) for delta in (change, later)
         )
@@ -174,6 +187,7 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
             bounds=tuple(bounds),
             later_change_sql=later if later != change else None,
             later_monotonic=not builder.retracting and not builder.signed,
+            top_k=top_k,
         ),
         through,
     )
@@ -190,6 +204,8 @@ def _final_stages(plan: StepPlan, through: Dict[int, Through]) -> StepPlan:
     if not through:
         return plan
     texts = [plan.change_sql, plan.later_change_sql] + [b.value for b in plan.bounds]
+    if plan.top_k is not None:
+        texts += [plan.top_k.buffer_sql, plan.top_k.later_buffer_sql, plan.top_k.new_top_sql]
     top = plan.aggregate
     if top is not None:
         texts += [top.delta_sql, top.later_delta_sql, top.combine_without_recompute_sql]

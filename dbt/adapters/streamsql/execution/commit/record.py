@@ -120,6 +120,11 @@ class StepRecord:
     # The same per stage ("stage0", ...) whose groups a model column with LATENESS carries
     # (planning/stage_lateness.py): its state table holds no group below these values.
     stage_dropped_below: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    # An `ORDER BY ... LIMIT k` model's rows ranked right below its cut after this step
+    # (planning/global_top_k.py): {"columns": [[name, type]], "rows": [[text]], "complete":
+    # whether the model and these rows were all of the query's}. Only the step that works
+    # them out keeps them (not carried by `next`): a step that did not leaves none.
+    top_k_buffer: Optional[Dict[str, Any]] = None
 
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
@@ -180,8 +185,9 @@ class StepRecord:
         body = asdict(self)
         body["format"] = FORMAT_VERSION
         text = json.dumps({RECORD_KEY: body}, separators=(",", ":"), sort_keys=True)
-        # It travels in a SET statement, where a semicolon would end the value.
-        return text.replace(";", "\\u003b")
+        # It travels in a SET statement, where a semicolon would end the value and `${...}`
+        # would be taken for a variable (a global top-K's rows below its cut are user data).
+        return text.replace(";", "\\u003b").replace("$", "\\u0024")
 
     @classmethod
     def from_json(cls, text: Optional[str]) -> Optional["StepRecord"]:

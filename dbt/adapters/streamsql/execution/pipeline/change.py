@@ -22,6 +22,7 @@ from dbt.adapters.streamsql.execution.commit import tables
 from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.bindings import MATERIALIZED
 from dbt.adapters.streamsql.execution.engine.views import inline
 from dbt.adapters.streamsql.execution.errors import DroppedStateReached
 from dbt.adapters.streamsql.execution.event_time import emit_final as emit
@@ -43,6 +44,7 @@ from dbt.adapters.streamsql.planning.plan import (
     WEIGHT,
     AggregatePlan,
     Column,
+    GlobalTopKPlan,
     StagePlan,
     StepPlan,
     delta_input,
@@ -60,6 +62,9 @@ def placeholder_reads(plan: StepPlan) -> Counter:
     families = []
     if plan.strategy == "linear":
         families.append((plan.change_sql or "", plan.later_change_sql or ""))
+        if plan.top_k is not None:
+            families.append((plan.top_k.buffer_sql, plan.top_k.later_buffer_sql or ""))
+            families.append((plan.top_k.new_top_sql,))
     aggregates = [stage.aggregate for stage in plan.stages]
     if plan.aggregate is not None:
         aggregates.append(plan.aggregate)
@@ -162,27 +167,48 @@ def check_lines(
         )
 
 
-def linear_change(ctx: StepContext, step: StepState, plan: StepPlan) -> ModelChange:
+def linear_change(
+    ctx: StepContext, step: StepState, plan: StepPlan, keep_buffer: bool = False
+) -> ModelChange:
     """The change of a linear query: its delta rules over the input (and stage) changes.
 
     A monotonic query over inserts only changes by inserts: every row of its change has weight
     +1, and it is appended as it is, read once, by the model's INSERT. Otherwise the change is
     netted (and materialized: the commit counts it, then writes it).
+
+    `keep_buffer`: a global top-K's step record keeps the rows below its cut (not where LATENESS
+    or WATERMARK may take rows out of the change after it is computed).
     """
     change_sql, monotonic = plan.change_sql or "", plan.monotonic
+    top_k = plan.top_k
+    later = not (step.first_step or (monotonic and step.inserts_only))
     # The form that reads no input's older version has negative terms even for inserts:
     # used where the change is netted anyway (something was removed), so that inserts keep
     # their append without netting.
-    if not (step.first_step or (monotonic and step.inserts_only)) and plan.later_change_sql:
+    if later and plan.later_change_sql:
         change_sql, monotonic = plan.later_change_sql, plan.later_monotonic
     if TARGET in change_sql:  # a global top-K reads the model's rows (global_top_k.py)
         define_target(ctx)
+    if top_k is not None:
+        define_buffer(ctx, step, plan, keep_buffer)
     bind_bounds(ctx, plan.bounds, change_sql, step.first_step)
-    if global_top_k.GATE in change_sql and not step.first_step:
-        if ctx.bindings.relation(global_top_k.GATE) != "false":
-            step.result.notes.append(global_top_k.READ_AGAIN)
+    opened = global_top_k.GATE in change_sql and (
+        step.first_step or ctx.bindings.relation(global_top_k.GATE) != "false"
+    )
+    if opened and not step.first_step:
+        step.result.notes.append(global_top_k.READ_AGAIN)
+    if top_k is not None:
+        define_new_top(ctx, plan, top_k, opened)
     change = inline(ctx.bindings.bind(change_sql))
     reads = ctx.bindings.reads(change_sql)
+    if top_k is not None and keep_buffer:
+        buffer_sql = top_k.buffer_sql
+        if later and plan.later_change_sql:
+            buffer_sql = top_k.later_buffer_sql or buffer_sql
+        with ctx.role(with_reads("global top-k: the rows below its cut, for the record", reads)):
+            rows = ctx.session.query(ctx.bindings.bind(buffer_sql))
+        buffer = global_top_k.buffer_record(top_k.buffer_rows, plan.output_columns, rows)
+        step.record.top_k_buffer = buffer
     if monotonic and step.inserts_only:
         return ModelChange(change, appends=True, reads=reads)
     return model_net(
@@ -203,6 +229,40 @@ def model_net(ctx: StepContext, step: StepState, select: str, role: str) -> Mode
 def with_reads(role: str, reads: str) -> str:
     """A statement's role, and what the inline relations written into it read."""
     return f"{role}, from {reads}" if reads else role
+
+
+def define_buffer(ctx: StepContext, step: StepState, plan: StepPlan, keep: bool) -> None:
+    """Binds a global top-K's rows below its cut as the last step's record kept them, and
+    whether they and the model were all of the query's rows: none, and not, on a first step,
+    without such rows in the record, or where the step keeps none (`keep`)."""
+    rows, complete = global_top_k.buffer_kept(step.previous.top_k_buffer, plan.output_columns)
+    if step.first_step or not keep:
+        rows, complete = [], False
+    ctx.bindings.define(
+        global_top_k.BUFFER,
+        "topk_buffer",
+        global_top_k.buffer_relation(plan.output_columns, rows),
+        role=f"the {len(rows)} row(s) below the cut the last step kept",
+    )
+    ctx.bindings.set(global_top_k.COMPLETE, "true" if complete else "false")
+
+
+def define_new_top(ctx: StepContext, plan: StepPlan, top_k: GlobalTopKPlan, opened: bool) -> None:
+    """Binds a global top-K's first rows of the query over the new inputs: computed once, for
+    the change and the rows below the cut, where the gate opened; elsewhere nothing (the
+    statements that read it take no row from it then, and Spark plans no read of the query)."""
+    if opened:
+        ctx.bindings.define(
+            global_top_k.NEW_TOP,
+            "topk_new",
+            ctx.bindings.bind(top_k.new_top_sql),  # the inputs it reads, as the step binds them
+            MATERIALIZED,
+            role="the query's first rows over its new inputs",
+        )
+    else:
+        ctx.bindings.define(
+            global_top_k.NEW_TOP, "topk_new", global_top_k.buffer_relation(plan.output_columns, [])
+        )
 
 
 def define_target(ctx: StepContext) -> None:

@@ -297,7 +297,8 @@ def compute_step(
         model_change, state_write = change.aggregate_change(ctx, step, plan, rules.lateness)
         step.writes.state.append(state_write)
     elif plan.strategy == "linear":
-        model_change = change.linear_change(ctx, step, plan)
+        keep_buffer = not (rules.lateness or rules.watermark)
+        model_change = change.linear_change(ctx, step, plan, keep_buffer)
     else:
         # a recovery's plan takes out what LATENESS and WATERMARK set aside already
         written = adjusted.columns if adjusted.original is None else None
