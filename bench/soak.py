@@ -32,6 +32,8 @@ runs `matches_recompute` on every model (LATENESS applied): the soak stops at th
 A soak longer than one sitting can be paused (`--pause-after-minutes`: it stops cleanly after a
 step, its progress kept in the work dir) and carried on in a new process with `--resume`, on the
 same adapter code only. The report then names the processes and the step each started cold on.
+`--report` writes the report of a soak stopped before its last step from its progress, and says
+where it stopped.
 
 Writes bench/results/<output-name>.md, .json and .png.
 """
@@ -319,6 +321,16 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
         f"Command: `python bench/soak.py {command(args)}`  ",
         f"Run: {report['run_at']}",
         "",
+        *(
+            [
+                f"**Stopped after step {len(steps)} of {args.steps}**: the report was written "
+                "from the soak's progress (`--report`), and the figures below are those of the "
+                "steps it took.",
+                "",
+            ]
+            if len(steps) < args.steps
+            else []
+        ),
         processes_line(report["processes"], steps),
         "",
         f"Median `dbt run` of {figures['early_steps']} steps {figures['early_median_s']:.2f} s, "
@@ -369,6 +381,25 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
     lines += ["", f"![per step]({args.output_name}.png)", "", "## Machine", ""]
     lines += machine_lines(report["machine"])
     (results / f"{args.output_name}.md").write_text("\n".join(lines) + "\n")
+
+
+def report_progress(progress: "Progress") -> int:
+    """The report of a soak from its progress (`--report`), with its own arguments."""
+    meta, steps = progress.load()
+    if not steps:
+        raise SystemExit(f"--report: no step in {progress.steps_path}")
+    report = {
+        "run_at": datetime.now(timezone.utc).isoformat(),
+        "args": meta["args"],
+        "processes": meta["processes"],
+        "machine": meta["processes"][-1]["machine"],
+        "checks": meta["checks"],
+        "steps": steps,
+        "summary": summary(steps),
+    }
+    write_results(argparse.Namespace(**meta["args"]), report)
+    print(f"wrote the report of {len(steps)} steps of {meta['args']['steps']}")
+    return 0
 
 
 class Progress:
@@ -438,12 +469,20 @@ def main() -> int:
         help="stop after the step that ends past this many minutes, to carry on with --resume",
     )
     parser.add_argument(
+        "--report",
+        action="store_true",
+        help="write the report of the soak in --work-dir from its progress as it stands (one "
+        "stopped before its last step: killed, or paused and not resumed), and run nothing",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="carry on the soak in --work-dir with its own arguments, in a new process, on the "
         "same adapter code (a new process starts cold: its first step is reported as such)",
     )
     args = parser.parse_args()
+    if args.report:
+        return report_progress(Progress(Path(args.work_dir)))
     started = time.monotonic()
 
     work = Path(args.work_dir)
