@@ -560,13 +560,13 @@ def test_global_top_k_is_exact_from_its_rows_and_over_the_new_inputs(spark, sql)
     # A first step's model is empty (the rows from the change alone); deleting everything
     # leaves fewer known rows than the LIMIT (the query read again).
     # Without rows below the cut (a step whose record keeps none).
-    no_buffer = without_rows_below_the_cut(plan)
+    no_buffer = bind_rows_below_the_cut(plan)
     for old, new in scenarios(4):
         check_change(spark, sql, no_buffer, old, new)
         check_change(spark, sql, no_buffer, old, new, no_buffer.change_sql.replace(gate, "true"))
 
 
-def without_rows_below_the_cut(plan, relation=None, complete=False):
+def bind_rows_below_the_cut(plan, relation=None, complete=False):
     """`plan` with a global top-K's rows below the cut bound: `relation` (none by default),
     and whether they and the model were all of the query."""
     if relation is None:
@@ -632,7 +632,7 @@ def test_global_top_k_rows_below_the_cut_are_exact(spark, sql):
         ):
             register_inputs(spark, old, new)
             relation = global_top_k.buffer_relation(columns, kept)
-            bound = without_rows_below_the_cut(plan, relation, complete)
+            bound = bind_rows_below_the_cut(plan, relation, complete)
             check_change(spark, sql, bound, old, new)
             buffer_sql = with_bounds(spark, bound.top_k.buffer_sql, bound.bounds)
             rows = spark.sql(buffer_sql).collect()
@@ -656,9 +656,7 @@ def test_a_deletion_above_the_cut_is_filled_from_the_rows_below_it(spark):
     below = [["2", "3.00"], ["5", "2.00"], ["4", "1.00"]]  # (1, 5) and (3, 5) are the top two
     gates = {}
     for kept, complete in (([], False), (below, True)):
-        bound = without_rows_below_the_cut(
-            plan, global_top_k.buffer_relation(columns, kept), complete
-        )
+        bound = bind_rows_below_the_cut(plan, global_top_k.buffer_relation(columns, kept), complete)
         check_change(spark, sql, bound, old, new)  # binds the inputs and the model's rows
         gate = bound.bounds[-1]
         gates[len(kept)] = with_bounds(spark, gate.name, bound.bounds)
