@@ -581,6 +581,7 @@ def bind_rows_below_the_cut(plan, relation=None, complete=False):
     return dataclasses.replace(
         plan,
         change_sql=bound(plan.change_sql),
+        later_change_sql=plan.later_change_sql and bound(plan.later_change_sql),
         bounds=tuple(dataclasses.replace(b, value=bound(b.value)) for b in plan.bounds),
         top_k=plan.top_k
         and dataclasses.replace(plan.top_k, buffer_sql=bound(plan.top_k.buffer_sql)),
