@@ -301,8 +301,9 @@ def processes_line(processes: List[Dict[str, Any]], steps: List[Dict[str, Any]])
     )
     return (
         f"{len(processes)} processes ran the steps, all on the same adapter code (dbt/ tree "
-        f"`{tree[:12]}`): the soak was paused (`--pause-after-minutes`) because it outlasts one "
-        f"working session on this machine, and carried on with `--resume` on the same warehouse "
+        f"`{tree[:12]}`): the soak outlasts one working session on this machine, so it was "
+        "stopped (paused with `--pause-after-minutes`, or its process ended with the session) "
+        f"and carried on with `--resume` on the same warehouse "
         f"from {resumed}. A resumed process starts cold (a new JVM, every table's first Delta "
         "load), so its first step is slower; it is one step among the hundred of a median."
     )
@@ -333,6 +334,12 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
         ),
         processes_line(report["processes"], steps),
         "",
+        *[
+            f"Started as a soak of {e['from_steps']} steps; after step {e['after_step']} it was "
+            f"extended to {args.steps} (`--resume --steps {args.steps}`: the same project, "
+            "warehouse and arguments, only a later last step).\n"
+            for e in report.get("extended", [])
+        ],
         f"Median `dbt run` of {figures['early_steps']} steps {figures['early_median_s']:.2f} s, "
         f"of {figures['late_steps']} {figures['late_median_s']:.2f} s "
         f"({figures['late_over_early']:.2f}x). `dbt test` (matches_recompute on every model): "
@@ -392,6 +399,7 @@ def report_progress(progress: "Progress") -> int:
         "run_at": datetime.now(timezone.utc).isoformat(),
         "args": meta["args"],
         "processes": meta["processes"],
+        "extended": meta.get("extended", []),
         "machine": meta["processes"][-1]["machine"],
         "checks": meta["checks"],
         "steps": steps,
@@ -447,7 +455,12 @@ def appended(spark: Any, step: int, rows: int) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="steps to take in all (default 1000); with --resume, a larger number extends the soak",
+    )
     parser.add_argument("--rows", type=int, default=300, help="events appended per step")
     parser.add_argument("--minutes", type=int, default=5, help="event time per step")
     parser.add_argument("--check-every", type=int, default=100)
@@ -464,7 +477,9 @@ def main() -> int:
     )
     parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-soak"))
     parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
-    parser.add_argument("--output-name", default="soak")
+    parser.add_argument(
+        "--output-name", default=None, help="results name (default soak; with --resume, a new one)"
+    )
     parser.add_argument(
         "--pause-after-minutes",
         type=float,
@@ -494,8 +509,19 @@ def main() -> int:
     resuming = args.resume
     if resuming:
         meta, steps = progress.load()
-        pause = args.pause_after_minutes
-        args = argparse.Namespace(**{**meta["args"], "pause_after_minutes": pause})
+        overrides = {"pause_after_minutes": args.pause_after_minutes}
+        if args.steps is not None:  # an extended soak: its report says from how many steps
+            if args.steps < len(steps):
+                raise SystemExit(f"--resume --steps {args.steps}: {len(steps)} steps are done")
+            if args.steps != meta["args"]["steps"]:
+                meta.setdefault("extended", []).append(
+                    {"from_steps": meta["args"]["steps"], "after_step": len(steps)}
+                )
+            overrides["steps"] = args.steps
+        if args.output_name is not None:
+            overrides["output_name"] = args.output_name
+        args = argparse.Namespace(**{**meta["args"], **overrides})
+        meta["args"] = vars(args)
         ran_on = meta["processes"][0]["dbt_tree"]
         if tree != ran_on:
             raise SystemExit(
@@ -503,6 +529,8 @@ def main() -> int:
                 f"has {tree or 'uncommitted changes in dbt/'}. Resume on the same code."
             )
     else:
+        args.steps = 1000 if args.steps is None else args.steps
+        args.output_name = args.output_name or "soak"
         if work.exists():
             import shutil
 
@@ -575,6 +603,7 @@ def main() -> int:
             "run_at": datetime.now(timezone.utc).isoformat(),
             "args": meta["args"],
             "processes": meta["processes"],
+            "extended": meta.get("extended", []),
             "machine": info,
             "checks": meta["checks"],
             "steps": steps,
