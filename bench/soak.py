@@ -45,7 +45,7 @@ import json
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 from benchlib import (
@@ -390,9 +390,12 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
     (results / f"{args.output_name}.md").write_text("\n".join(lines) + "\n")
 
 
-def report_progress(progress: "Progress") -> int:
-    """The report of a soak from its progress (`--report`), with its own arguments."""
+def report_progress(progress: "Progress", output_name: Optional[str] = None) -> int:
+    """The report of a soak from its progress (`--report`), with its own arguments (and
+    `output_name`, when given, for the report's name)."""
     meta, steps = progress.load()
+    if output_name:
+        meta["args"]["output_name"] = output_name
     if not steps:
         raise SystemExit(f"--report: no step in {progress.steps_path}")
     report = {
@@ -500,7 +503,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.report:
-        return report_progress(Progress(Path(args.work_dir)))
+        return report_progress(Progress(Path(args.work_dir)), args.output_name)
     started = time.monotonic()
 
     work = Path(args.work_dir)
