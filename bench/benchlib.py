@@ -290,6 +290,7 @@ def write_project_skeleton(
     driver_memory: str,
     sources: Dict[str, Sequence[str]],
     threads: int = 1,
+    settings: Optional[Dict[str, str]] = None,
 ) -> Dict[str, Any]:
     """dbt_project.yml, profiles.yml (embedded session, `threads` dbt threads) and sources.yml
     in `work`.
@@ -317,7 +318,7 @@ def write_project_skeleton(
         "warehouse_dir": str(work / "warehouse"),
         "master": "local[2]",
         "threads": threads,
-        "server_side_parameters": {"spark.driver.memory": driver_memory},
+        "server_side_parameters": {"spark.driver.memory": driver_memory, **(settings or {})},
     }
     (work / "profiles.yml").write_text(
         yaml.safe_dump({name: {"target": "local", "outputs": {"local": target}}})

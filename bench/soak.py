@@ -296,7 +296,9 @@ def processes_line(processes: List[Dict[str, Any]], steps: List[Dict[str, Any]])
     walls = {s["step"]: s["wall_s"] for s in steps}
     resumed = ", ".join(
         f"step {p['first_step']} ({walls.get(p['first_step'], float('nan')):.2f} s, "
-        f"{p['started_at'][:16]} UTC, head {p['machine']['git_head']})"
+        f"{p['started_at'][:16]} UTC, head {p['machine']['git_head']}"
+        + (f", with {' '.join(p['spark_conf'])}" if p.get("spark_conf") else "")
+        + ")"
         for p in processes[1:]
     )
     return (
@@ -490,6 +492,14 @@ def main() -> int:
         help="stop after the step that ends past this many minutes, to carry on with --resume",
     )
     parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for this process's session (server_side_parameters), repeatable; "
+        "the report names the process that ran with it",
+    )
+    parser.add_argument(
         "--report",
         action="store_true",
         help="write the report of the soak in --work-dir from its progress as it stands (one "
@@ -502,6 +512,7 @@ def main() -> int:
         "same adapter code (a new process starts cold: its first step is reported as such)",
     )
     args = parser.parse_args()
+    spark_conf = list(args.spark_conf)  # this process's, also on --resume
     if args.report:
         return report_progress(Progress(Path(args.work_dir)), args.output_name)
     started = time.monotonic()
@@ -539,8 +550,15 @@ def main() -> int:
 
             shutil.rmtree(work)
         steps = []
+    settings = dict(setting.split("=", 1) for setting in spark_conf)
     target = write_project_skeleton(
-        work, "soak", SCHEMA, "4g", {SOURCE: ["events", "dims"]}, threads=args.threads
+        work,
+        "soak",
+        SCHEMA,
+        "4g",
+        {SOURCE: ["events", "dims"]},
+        threads=args.threads,
+        settings=settings,
     )
     write_models(work, args.retention)
     spark = start_session(target)
@@ -558,6 +576,7 @@ def main() -> int:
             "started_at": datetime.now(timezone.utc).isoformat(),
             "dbt_tree": tree,
             "machine": info,
+            "spark_conf": spark_conf,
         }
     )
     progress.save(meta)
