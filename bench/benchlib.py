@@ -283,6 +283,25 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
     }
 
 
+def add_output_arguments(parser: Any, name: str) -> None:
+    """`--work-dir` (bench/work-<name>), `--results-dir` and `--output-name` (`name`)."""
+    parser.add_argument("--work-dir", default=str(BENCH_DIR / f"work-{name.replace('_', '-')}"))
+    parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
+    parser.add_argument("--output-name", default=name)
+
+
+def add_spark_conf_argument(parser: Any, help_text: str) -> None:
+    """`--spark-conf KEY=VALUE`, repeatable (`spark_settings` reads them)."""
+    parser.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
+
+
+def spark_settings(settings: Sequence[str]) -> Dict[str, str]:
+    """`--spark-conf` values as a dict of Spark settings."""
+    return dict(setting.split("=", 1) for setting in settings)
+
+
 def write_project_skeleton(
     work: Path,
     name: str,

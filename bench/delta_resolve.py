@@ -29,7 +29,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-from benchlib import BENCH_DIR, dbt_tree, machine_info, machine_lines, start_session
+from benchlib import (
+    add_output_arguments,
+    add_spark_conf_argument,
+    dbt_tree,
+    machine_info,
+    machine_lines,
+    spark_settings,
+    start_session,
+)
 
 STALE = "spark.databricks.delta.stalenessLimit"
 
@@ -71,15 +79,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--versions", default="5,200,400,800")
     parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-delta-resolve"))
-    parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
-    parser.add_argument("--output-name", default="delta_resolve")
-    parser.add_argument(
-        "--spark-conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a Spark setting for the session, repeatable (e.g. another Delta log store)",
+    add_output_arguments(parser, "delta_resolve")
+    add_spark_conf_argument(
+        parser, "a Spark setting for the session, repeatable (e.g. another Delta log store)"
     )
     args = parser.parse_args()
     work = Path(args.work_dir)
@@ -89,7 +91,7 @@ def main() -> int:
         "master": "local[2]",
         "server_side_parameters": {
             "spark.driver.memory": "2g",
-            **dict(setting.split("=", 1) for setting in args.spark_conf),
+            **spark_settings(args.spark_conf),
         },
     }
     spark = start_session(target)

@@ -47,11 +47,14 @@ from benchlib import (
     BENCH_DIR,
     Dbt,
     NodeRun,
+    add_output_arguments,
+    add_spark_conf_argument,
     fmt,
     machine_info,
     machine_lines,
     median,
     multiset_difference,
+    spark_settings,
     start_session,
     statement_label,
     write_project_skeleton,
@@ -215,9 +218,7 @@ def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
     """The first build, the steps and the no-change runs in this process (one JVM)."""
     target = write_project_skeleton(work, "fixed_cost", SCHEMA, "4g", {SOURCE: ["events", "dims"]})
     if args.spark_conf:  # the profile's server_side_parameters: every session of the run
-        target["server_side_parameters"].update(
-            dict(setting.split("=", 1) for setting in args.spark_conf)
-        )
+        target["server_side_parameters"].update(spark_settings(args.spark_conf))
         profiles = yaml.safe_load((work / "profiles.yml").read_text())
         profiles["fixed_cost"]["outputs"]["local"] = target
         (work / "profiles.yml").write_text(yaml.safe_dump(profiles))
@@ -328,15 +329,9 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--step-rows", type=int, default=40, help="rows appended per step")
     parser.add_argument("--floor-runs", type=int, default=5)
     parser.add_argument("--cold-runs", type=int, default=2)
-    parser.add_argument("--work-dir", default=str(BENCH_DIR / "work-fixed-cost"))
-    parser.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
-    parser.add_argument("--output-name", default="fixed_cost")
-    parser.add_argument(
-        "--spark-conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a Spark setting for every process's session (server_side_parameters), repeatable",
+    add_output_arguments(parser, "fixed_cost")
+    add_spark_conf_argument(
+        parser, "a Spark setting for every process's session (server_side_parameters), repeatable"
     )
     parser.add_argument(
         "--view-config",

@@ -51,10 +51,12 @@ import yaml
 from benchlib import (
     BENCH_DIR,
     Dbt,
+    add_spark_conf_argument,
     dbt_tree,
     machine_info,
     machine_lines,
     median,
+    spark_settings,
     start_session,
     write_project_skeleton,
 )
@@ -491,12 +493,9 @@ def main() -> int:
         default=None,
         help="stop after the step that ends past this many minutes, to carry on with --resume",
     )
-    parser.add_argument(
-        "--spark-conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a Spark setting for this process's session (server_side_parameters), repeatable; "
+    add_spark_conf_argument(
+        parser,
+        "a Spark setting for this process's session (server_side_parameters), repeatable; "
         "the report names the process that ran with it",
     )
     parser.add_argument(
@@ -550,7 +549,7 @@ def main() -> int:
 
             shutil.rmtree(work)
         steps = []
-    settings = dict(setting.split("=", 1) for setting in spark_conf)
+    settings = spark_settings(spark_conf)
     target = write_project_skeleton(
         work,
         "soak",
