@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 from collections import Counter
 from decimal import Decimal
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence
 
 
 def sql_literal(value) -> str:
@@ -44,45 +44,15 @@ def as_bag(rows) -> Counter:
 
 def model_columns(project, relation: str) -> List[str]:
     """The model's own columns (not the adapter's `_streamsql_` bookkeeping), in order."""
-    return [name for name, _ in typed_columns(project, f"table {relation}")]
-
-
-def typed_columns(project, described: str) -> List[Tuple[str, str]]:
-    """(name, type) of `describe <described>` (`table t` or `query <select>`), in order, without
-    the adapter's `_streamsql_` bookkeeping."""
+    rows = project.run_sql(f"describe table {relation}", fetch="all")
     columns = []
-    for row in project.run_sql(f"describe {described}", fetch="all"):
+    for row in rows:
         name = (row[0] or "").strip()
         if not name or name.startswith("#"):
             break
         if not name.startswith("_streamsql_"):
-            columns.append((name, str(row[1]).strip().lower()))
+            columns.append(name)
     return columns
-
-
-def rows_as_json(tag: str, source: str, columns: Sequence[Tuple[str, str]]) -> str:
-    """A SELECT of `source`'s rows as (`tag`, one JSON text a row), for comparing many tables
-    in one statement. Floating-point values rounded as `normalized` rounds them (and -0.0 as
-    0.0); both sides of a comparison must have the same column types, so that equal values
-    read as equal texts."""
-    fields = []
-    for name, data_type in columns:
-        value = f"`{name}`"
-        if data_type in ("float", "double"):
-            value = f"round({value}, 6) + 0.0"
-        fields.append(f"'{name}', {value}")
-    return (
-        f"SELECT '{tag}' AS tag, to_json(named_struct({', '.join(fields)}), "
-        f"map('ignoreNullFields', 'false')) AS r FROM {source}"
-    )
-
-
-def bags_by_tag(rows) -> Dict[str, Counter]:
-    """The rows of a UNION ALL of `rows_as_json` SELECTs, as a bag per tag."""
-    bags: Dict[str, Counter] = {}
-    for tag, text in rows:
-        bags.setdefault(tag, Counter())[text] += 1
-    return bags
 
 
 def bag_diff(what: str, expected: Counter, actual: Counter) -> str:

@@ -20,21 +20,13 @@ import datetime
 import os
 import random
 import time
-from collections import Counter
 from decimal import Decimal
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 from dbt.tests.util import run_dbt
 
-from tests.differential import (
-    bag_diff,
-    bags_by_tag,
-    rows_as_json,
-    sql_literal,
-    typed_columns,
-    values_clause,
-)
+from tests.differential import as_bag, bag_diff, model_columns, sql_literal, values_clause
 
 SEED = int(os.environ.get("STREAMSQL_DIFF_SEED", "20240101"))
 # CI runs 5 steps (a step of every model costs about a minute here, most of it per statement,
@@ -529,7 +521,7 @@ class TestDifferential:
                 project.run_sql(statement)
 
         compiled: Dict[str, str] = {}
-        columns_of: Dict[str, List[Tuple[str, str]]] = {}
+        columns_of: Dict[str, str] = {}
         previous_step: Dict[str, int] = {}
         for step in range(1, self.steps + 1):
             applied: List[str] = []
@@ -572,34 +564,23 @@ class TestDifferential:
                     )
                 compiled.setdefault(name, result.node.compiled_code)
 
-            # every model against its query in one statement (a statement per table costs a
-            # Spark job each): the rows of both as JSON texts, tagged
-            selects = []
             for name in self.names:
                 relation = f"{sources}.{name}"
-                body = compiled[name].strip().rstrip(";")
                 if name not in columns_of:  # a model's columns do not change between steps
-                    columns_of[name] = typed_columns(project, f"table {relation}")
-                    query_columns = typed_columns(project, f"query {body}")
-                    assert columns_of[name] == query_columns, (
-                        f"model {name}'s columns differ from its query's: {columns_of[name]} "
-                        f"against {query_columns}"
-                    )
-                selects.append(rows_as_json(f"{name}:model", relation, columns_of[name]))
-                selects.append(rows_as_json(f"{name}:query", f"({body}) q", columns_of[name]))
-            bags = bags_by_tag(project.run_sql(" UNION ALL ".join(selects), fetch="all"))
+                    columns_of[name] = ", ".join(f"`{c}`" for c in model_columns(project, relation))
+                columns = columns_of[name]
+                body = compiled[name].strip().rstrip(";")
+                actual = as_bag(project.run_sql(f"select {columns} from {relation}", fetch="all"))
+                expected = as_bag(project.run_sql(f"select {columns} from ({body}) q", fetch="all"))
+                assert actual == expected, (
+                    f"model {name} differs from its query after step {step} "
+                    f"(plan {MODELS[name][1]}):\n{bag_diff(name, expected, actual)}\n{context}\n"
+                    f"SQL: {body}"
+                )
             # visible with -s: where a step's time goes
             print(
                 f"step {step}: dbt run {ran:.1f} s, checks {time.monotonic() - started - ran:.1f} s"
             )
-            for name in self.names:
-                actual = bags.get(f"{name}:model", Counter())
-                expected = bags.get(f"{name}:query", Counter())
-                assert actual == expected, (
-                    f"model {name} differs from its query after step {step} "
-                    f"(plan {MODELS[name][1]}):\n{bag_diff(name, expected, actual)}\n{context}\n"
-                    f"SQL: {compiled[name].strip()}"
-                )
 
 
 class TestDifferentialOverConnect(TestDifferential):
