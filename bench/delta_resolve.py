@@ -54,8 +54,12 @@ def timed(action: Callable[[], Any], reps: int) -> float:
     return statistics.median(times)
 
 
+def latest_version(spark: Any, table: str) -> int:
+    return int(spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()["version"])
+
+
 def measure(spark: Any, table: str, reps: int) -> Dict[str, float]:
-    latest = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()["version"]
+    latest = latest_version(spark, table)
     log = Path(spark.sql(f"DESCRIBE DETAIL {table}").first()["location"].replace("file:", ""))
     figures: Dict[str, float] = {"files_in_log": len(list((log / "_delta_log").iterdir()))}
     plain = f"DESCRIBE QUERY SELECT * FROM {table}"
@@ -103,13 +107,10 @@ def main() -> int:
         "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
     )
     rows: List[Dict[str, Any]] = []
-    version = 0
     for wanted in sorted(int(v) for v in args.versions.split(",")):
-        while version < wanted:
+        for version in range(latest_version(spark, table), wanted):  # measure's INSERTs count
             spark.sql(f"INSERT INTO {table} VALUES ({version})")
-            version += 1
         figures = measure(spark, table, args.reps)
-        version += 7  # measure's INSERTs
         rows.append({"versions": wanted, **figures})
         print(json.dumps(rows[-1]), flush=True)
     spark.stop()
