@@ -216,12 +216,15 @@ def _log_time(text: str, pattern: str) -> Any:
 
 def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
     """The first build, the steps and the no-change runs in this process (one JVM)."""
-    target = write_project_skeleton(work, "fixed_cost", SCHEMA, "4g", {SOURCE: ["events", "dims"]})
-    if args.spark_conf:  # the profile's server_side_parameters: every session of the run
-        target["server_side_parameters"].update(spark_settings(args.spark_conf))
-        profiles = yaml.safe_load((work / "profiles.yml").read_text())
-        profiles["fixed_cost"]["outputs"]["local"] = target
-        (work / "profiles.yml").write_text(yaml.safe_dump(profiles))
+    # --spark-conf: the profile's server_side_parameters, for every session of the run
+    target = write_project_skeleton(
+        work,
+        "fixed_cost",
+        SCHEMA,
+        "4g",
+        {SOURCE: ["events", "dims"]},
+        settings=spark_settings(args.spark_conf),
+    )
     write_models(work, args.view_config)
     spark = start_session(target)
     info = machine_info(spark)
