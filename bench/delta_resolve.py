@@ -39,6 +39,8 @@ from benchlib import (
     start_session,
 )
 
+from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
+
 STALE = "spark.databricks.delta.stalenessLimit"
 
 
@@ -100,6 +102,7 @@ def main() -> int:
     }
     spark = start_session(target)
     info = machine_info(spark)
+    store = spark.sparkContext.getConf().get(LOG_STORE_SETTING, "io.delta.storage.LocalLogStore")
     table = "resolve.t"
     spark.sql("CREATE SCHEMA IF NOT EXISTS resolve")
     spark.sql(
@@ -124,7 +127,8 @@ def main() -> int:
         + "".join(f" --spark-conf {setting}" for setting in args.spark_conf)
         + "`  ",
         f"Run: {datetime.now(timezone.utc).isoformat()} on adapter code (dbt/ tree) "
-        f"`{dbt_tree()[:12]}` (the bench uses the adapter's session only)",
+        f"`{dbt_tree()[:12]}` (the bench uses the adapter's session only); "
+        f"Delta log store for the table: `{store}`",
         "",
         "Median milliseconds per statement (`DESCRIBE QUERY`: no Spark job; `table_changes` and "
         "the INSERT: one or more).",

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,12 @@ def test_a_wheel_in_a_fresh_virtualenv_runs_steps_in_a_project_made_by_dbt_init(
     )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = dist.glob("dbt_streamsql-*.whl")
+    with zipfile.ZipFile(wheel) as archive:  # the log store's source, compiled at first start
+        names = set(archive.namelist())
+    assert {
+        "dbt/adapters/streamsql/jvm/ListFromLogStore.java",
+        "dbt/adapters/streamsql/jvm/stub/io/delta/storage/LocalLogStore.java",
+    } <= names
 
     env_dir = tmp_path / "fresh"
     venv.EnvBuilder(with_pip=True).create(env_dir)

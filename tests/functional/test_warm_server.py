@@ -76,6 +76,9 @@ def test_the_first_command_starts_a_server_that_later_ones_reuse(project):
     assert stat.S_IMODE(os.stat(paths.token).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(paths.root).st_mode) == 0o700
     assert os.path.isfile(paths.log)
+    # Delta's log is read through the adapter's store (dbt/adapters/streamsql/log_store.py)
+    with open(paths.log) as log:
+        assert "Delta log store for file: tables: io.streamsql.ListFromLogStore" in log.read()
 
     second = dbt.dbt("run", "--select", "evens", "parity", "big")
     assert second.returncode == 0, second.stdout[-4000:]

@@ -29,6 +29,8 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 from filelock import FileLock, Timeout
 
+from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING, is_store_jar, with_log_store
+
 logger = AdapterLogger("StreamSQL")
 
 DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
@@ -74,7 +76,9 @@ def cached_jars(coordinate: str) -> Optional[str]:
 
 def remember_jars(coordinate: str, session: Any) -> None:
     """After Ivy resolved `coordinate`, list the jar files it gave for the next start."""
-    jars = session.sparkContext.getConf().get("spark.jars", "")
+    listed = session.sparkContext.getConf().get("spark.jars", "")
+    # the adapter's log store rides along in spark.jars; it is added again at every start
+    jars = ",".join(jar for jar in listed.split(",") if jar and not is_store_jar(jar))
     if not jars:
         return
     path = resolved_jars_file(coordinate)
@@ -319,7 +323,7 @@ def launch_jvm(master: str, conf: Dict[str, str], log: str) -> None:
 def _start_session(settings: SessionSettings) -> Any:
     from pyspark.sql import SparkSession
 
-    conf = settings.spark_conf()
+    conf = with_log_store(settings.spark_conf(), settings.server_side_parameters)
     packages = (
         f"Spark resolves {conf['spark.jars.packages']} and its dependencies from Maven Central "
         "on first use and caches them under ~/.ivy2*"
@@ -356,5 +360,8 @@ def _start_session(settings: SessionSettings) -> Any:
     # PySpark also logs every failed statement with its JVM stack trace; dbt reports the error
     # itself, so the console would show each failure twice, the second time as a wall of Java.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    logger.debug(f"Embedded Spark started in {time.monotonic() - started:.1f} s")
+    store = conf.get(LOG_STORE_SETTING, "Delta's own")
+    logger.debug(
+        f"Embedded Spark started in {time.monotonic() - started:.1f} s (log store: {store})"
+    )
     return session

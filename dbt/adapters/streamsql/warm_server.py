@@ -43,6 +43,7 @@ from filelock import FileLock, Timeout
 
 from dbt.adapters.streamsql.__version__ import version as ADAPTER_VERSION
 from dbt.adapters.streamsql.embedded_spark import SessionSettings, output_tail
+from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
 
 logger = AdapterLogger("StreamSQL")
 
@@ -497,7 +498,12 @@ def serve(config_path: str) -> int:
     with open(paths.state + ".tmp", "w") as handle:
         json.dump(asdict(state), handle)
     os.replace(paths.state + ".tmp", paths.state)
-    print(f"{time.strftime('%H:%M:%S')} accepting clients on {LOOPBACK}:{port}", flush=True)
+    store = spark.sparkContext.getConf().get(LOG_STORE_SETTING, "Delta's own")
+    print(
+        f"{time.strftime('%H:%M:%S')} accepting clients on {LOOPBACK}:{port} "
+        f"(Delta log store for file: tables: {store})",
+        flush=True,
+    )
     tracker = spark.sparkContext.statusTracker()
     try:
         while not stopping.wait(2):

@@ -1,0 +1,87 @@
+"""Where the adapter's Delta log store goes in the session's settings, and what happens without a
+compiler. (That it compiles, loads and lists as Delta's store does: tests/functional/
+test_log_store.py.)"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from dbt.adapters.streamsql import embedded_spark, log_store
+
+JAR = "/cache/dbt-streamsql/streamsql-log-store-0123456789ab.jar"
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    monkeypatch.setattr(log_store, "store_jar", lambda: JAR)
+
+
+def test_the_store_rides_beside_deltas_jars_for_file_tables(compiled):
+    conf = {"spark.jars": "file:///ivy/delta-spark.jar,file:///ivy/delta-storage.jar"}
+    added = log_store.with_log_store(conf, {})
+    assert added["spark.jars"] == conf["spark.jars"] + f",file://{JAR}"
+    assert added["spark.delta.logStore.file.impl"] == "io.streamsql.ListFromLogStore"
+    # a first start, where Ivy resolves Delta: the store is the only file named
+    first = log_store.with_log_store({"spark.jars.packages": "io.delta:delta-spark_4.2_2.13:4"}, {})
+    assert first["spark.jars"] == f"file://{JAR}"
+
+
+@pytest.mark.parametrize("own", ["spark.delta.logStore.file.impl", "spark.delta.logStore.class"])
+def test_a_profile_that_names_a_log_store_keeps_it(compiled, own):
+    conf = {"spark.jars": "file:///ivy/delta-spark.jar", own: "io.delta.storage.LocalLogStore"}
+    assert log_store.with_log_store(conf, {own: "io.delta.storage.LocalLogStore"}) == conf
+
+
+def test_the_remembered_delta_jars_leave_the_store_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    delta = tmp_path / "delta-spark.jar"
+    delta.write_bytes(b"jar")
+    listed = f"file://{delta},file://{JAR}"
+
+    class Session:
+        class sparkContext:
+            @staticmethod
+            def getConf():
+                return {"spark.jars": listed}
+
+    coordinate = embedded_spark.delta_maven_coordinate()
+    embedded_spark.remember_jars(coordinate, Session)
+    assert embedded_spark.cached_jars(coordinate) == f"file://{delta}"
+
+
+def no_compiler(monkeypatch, tmp_path, java_home=None):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAVA_HOME", java_home or str(tmp_path / "no-jdk"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr(log_store, "_reported", False)
+
+
+def test_without_a_compiler_deltas_store_is_used_and_a_line_says_why(tmp_path, monkeypatch, caplog):
+    no_compiler(monkeypatch, tmp_path)
+    conf = {"spark.jars": "file:///ivy/delta-spark.jar"}
+    assert log_store.store_jar() is None
+    assert log_store.with_log_store(conf, {}) == conf
+    said = " ".join(record.getMessage() for record in caplog.records)
+    assert "Delta's own log store is in use: no Java compiler (javac)" in said
+    assert said.count("Delta's own log store") == 1  # once a process
+
+
+def test_a_failed_compile_is_remembered_not_tried_at_every_start(tmp_path, monkeypatch, caplog):
+    jdk = tmp_path / "jdk"
+    (jdk / "bin").mkdir(parents=True)
+    calls = tmp_path / "calls"
+    javac = jdk / "bin" / "javac"
+    javac.write_text(f"#!/bin/sh\necho run >> {calls}\necho 'error: no space left' >&2\nexit 1\n")
+    javac.chmod(javac.stat().st_mode | stat.S_IXUSR)
+    no_compiler(monkeypatch, tmp_path, java_home=str(jdk))
+    assert log_store.store_jar() is None
+    assert log_store.store_jar() is None
+    assert calls.read_text().count("run") == 1
+    failed = log_store.jar_path() + ".failed"
+    assert os.path.isfile(failed) and "no space left" in open(failed).read()
+    assert "javac failed: error: no space left" in caplog.text
+    os.unlink(failed)  # as the line says: deleting it tries again
+    assert log_store.store_jar() is None and calls.read_text().count("run") == 2
