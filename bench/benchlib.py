@@ -277,6 +277,10 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
         "spark.master": conf.get("spark.master"),
         "spark.driver.memory": conf.get("spark.driver.memory"),
         "spark.sql.shuffle.partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+        # which store lists a file: table's Delta log (the adapter's unless a setting says so)
+        "delta log store": conf.get(
+            "spark.delta.logStore.file.impl", "io.delta.storage.LocalLogStore"
+        ),
         "git_head": git("rev-parse", "--short", "HEAD"),
         "git_dirty": git("status", "--short", "--untracked-files=no", "--", "dbt"),
         "load_average_at_start": os.getloadavg(),

@@ -39,8 +39,6 @@ from benchlib import (
     start_session,
 )
 
-from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
-
 STALE = "spark.databricks.delta.stalenessLimit"
 
 
@@ -102,7 +100,6 @@ def main() -> int:
     }
     spark = start_session(target)
     info = machine_info(spark)
-    store = spark.sparkContext.getConf().get(LOG_STORE_SETTING, "io.delta.storage.LocalLogStore")
     table = "resolve.t"
     spark.sql("CREATE SCHEMA IF NOT EXISTS resolve")
     spark.sql(
@@ -128,7 +125,7 @@ def main() -> int:
         + "`  ",
         f"Run: {datetime.now(timezone.utc).isoformat()} on adapter code (dbt/ tree) "
         f"`{dbt_tree()[:12]}` (the bench uses the adapter's session only); "
-        f"Delta log store for the table: `{store}`",
+        f"Delta log store for the table: `{info['delta log store']}`",
         "",
         "Median milliseconds per statement (`DESCRIBE QUERY`: no Spark job; `table_changes` and "
         "the INSERT: one or more).",
