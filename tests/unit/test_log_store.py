@@ -52,36 +52,56 @@ def test_the_remembered_delta_jars_leave_the_store_out(tmp_path, monkeypatch):
     assert embedded_spark.cached_jars(coordinate) == f"file://{delta}"
 
 
-def no_compiler(monkeypatch, tmp_path, java_home=None):
+class Lines:
+    """What the module logs (dbt routes its adapter logger elsewhere once a dbt run set up its
+    event manager in this process, so pytest's caplog sees nothing then)."""
+
+    def __init__(self) -> None:
+        self.said: list = []
+
+    def info(self, message: str) -> None:
+        self.said.append(message)
+
+    debug = info
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.said)
+
+
+def no_compiler(monkeypatch, tmp_path, java_home=None) -> Lines:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("JAVA_HOME", java_home or str(tmp_path / "no-jdk"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.setattr(log_store, "_reported", False)
+    lines = Lines()
+    monkeypatch.setattr(log_store, "logger", lines)
+    return lines
 
 
-def test_without_a_compiler_deltas_store_is_used_and_a_line_says_why(tmp_path, monkeypatch, caplog):
-    no_compiler(monkeypatch, tmp_path)
+def test_without_a_compiler_deltas_store_is_used_and_a_line_says_why(tmp_path, monkeypatch):
+    lines = no_compiler(monkeypatch, tmp_path)
     conf = {"spark.jars": "file:///ivy/delta-spark.jar"}
     assert log_store.store_jar() is None
     assert log_store.with_log_store(conf, {}) == conf
-    said = " ".join(record.getMessage() for record in caplog.records)
+    said = lines.text
     assert "Delta's own log store is in use: no Java compiler (javac)" in said
     assert said.count("Delta's own log store") == 1  # once a process
 
 
-def test_a_failed_compile_is_remembered_not_tried_at_every_start(tmp_path, monkeypatch, caplog):
+def test_a_failed_compile_is_remembered_not_tried_at_every_start(tmp_path, monkeypatch):
     jdk = tmp_path / "jdk"
     (jdk / "bin").mkdir(parents=True)
     calls = tmp_path / "calls"
     javac = jdk / "bin" / "javac"
     javac.write_text(f"#!/bin/sh\necho run >> {calls}\necho 'error: no space left' >&2\nexit 1\n")
     javac.chmod(javac.stat().st_mode | stat.S_IXUSR)
-    no_compiler(monkeypatch, tmp_path, java_home=str(jdk))
+    lines = no_compiler(monkeypatch, tmp_path, java_home=str(jdk))
     assert log_store.store_jar() is None
     assert log_store.store_jar() is None
     assert calls.read_text().count("run") == 1
     failed = log_store.jar_path() + ".failed"
     assert os.path.isfile(failed) and "no space left" in open(failed).read()
-    assert "javac failed: error: no space left" in caplog.text
+    assert "javac failed: error: no space left" in lines.text
     os.unlink(failed)  # as the line says: deleting it tries again
     assert log_store.store_jar() is None and calls.read_text().count("run") == 2
