@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 
@@ -278,9 +280,7 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
         "spark.driver.memory": conf.get("spark.driver.memory"),
         "spark.sql.shuffle.partitions": spark.conf.get("spark.sql.shuffle.partitions"),
         # which store lists a file: table's Delta log (the adapter's unless a setting says so)
-        "delta log store": conf.get(
-            "spark.delta.logStore.file.impl", "io.delta.storage.LocalLogStore"
-        ),
+        "delta log store": conf.get(LOG_STORE_SETTING, "io.delta.storage.LocalLogStore"),
         "git_head": git("rev-parse", "--short", "HEAD"),
         "git_dirty": git("status", "--short", "--untracked-files=no", "--", "dbt"),
         "load_average_at_start": os.getloadavg(),

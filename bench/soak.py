@@ -290,27 +290,32 @@ def command(args: Any) -> str:
     return " ".join(parts).replace('"', "'")
 
 
+def log_store_of(process: Dict[str, Any]) -> str:
+    """The Delta log store a soak process's session used ('?' in records older than that)."""
+    return process["machine"].get("delta log store", "?")
+
+
 def processes_line(processes: List[Dict[str, Any]], steps: List[Dict[str, Any]]) -> str:
     """Which processes ran the soak: one warm process, or where it was paused and resumed."""
     tree = processes[0]["dbt_tree"]
     if len(processes) == 1:
         return (
             f"One warm process ran every step (adapter code: dbt/ tree `{tree[:12]}`; Delta log "
-            f"store `{processes[0]['machine'].get('delta log store', '?')}`)."
+            f"store `{log_store_of(processes[0])}`)."
         )
     walls = {s["step"]: s["wall_s"] for s in steps}
     resumed = ", ".join(
         f"step {p['first_step']} ({walls.get(p['first_step'], float('nan')):.2f} s, "
         f"{p['started_at'][:16]} UTC, head {p['machine']['git_head']}"
         + (f", with {' '.join(p['spark_conf'])}" if p.get("spark_conf") else "")
-        + f", Delta log store `{p['machine'].get('delta log store', '?')}`"
+        + f", Delta log store `{log_store_of(p)}`"
         + ")"
         for p in processes[1:]
     )
     return (
         f"{len(processes)} processes ran the steps, all on the same adapter code (dbt/ tree "
         f"`{tree[:12]}`; the first process's Delta log store "
-        f"`{processes[0]['machine'].get('delta log store', '?')}`): the soak outlasts one "
+        f"`{log_store_of(processes[0])}`): the soak outlasts one "
         "working session on this machine, so it was "
         "stopped (paused with `--pause-after-minutes`, or its process ended with the session) "
         f"and carried on with `--resume` on the same warehouse "
