@@ -314,11 +314,13 @@ def write_project_skeleton(
     sources: Dict[str, Sequence[str]],
     threads: int = 1,
     settings: Optional[Dict[str, str]] = None,
+    warehouse_dir: Optional[Path] = None,
 ) -> Dict[str, Any]:
     """dbt_project.yml, profiles.yml (embedded session, `threads` dbt threads) and sources.yml
     in `work`.
 
-    `sources` maps a source schema to its tables. Returns the profile target; the caller writes
+    `sources` maps a source schema to its tables. `warehouse_dir`: another project's warehouse
+    to share (default: `work / "warehouse"`). Returns the profile target; the caller writes
     the models under `work / "models"`.
     """
     (work / "models").mkdir(parents=True, exist_ok=True)
@@ -338,7 +340,7 @@ def write_project_skeleton(
         "method": "session",
         "keep_warm": False,  # dbt runs in this process, on the session the bench started
         "schema": schema,
-        "warehouse_dir": str(work / "warehouse"),
+        "warehouse_dir": str(warehouse_dir or work / "warehouse"),
         "master": "local[2]",
         "threads": threads,
         "server_side_parameters": {"spark.driver.memory": driver_memory, **(settings or {})},

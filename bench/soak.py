@@ -35,6 +35,15 @@ same adapter code only. The report then names the processes and the step each st
 `--report` writes the report of a soak stopped before its last step from its progress, and says
 where it stopped.
 
+This machine's speed moves by up to 1.7x within minutes (a fixed Python loop, idle machine,
+2026-11-29), which a median over 100 steps does not always even out. So every step also times
+a fixed Python loop and a fixed Spark job that names no table (`probe`: neither grows with the
+soak), and `--control N`, on a soak that has taken all its steps, runs N more steps of it
+alternating with the first N steps of a fresh copy of the project (its own schemas, the same
+warehouse and process): the aged pipeline's steps against the fresh one's, in the same minutes.
+
+    python bench/soak.py --control 150 --work-dir bench/work-soak
+
 Writes bench/results/<output-name>.md, .json and .png.
 """
 
@@ -63,8 +72,6 @@ from benchlib import (
 
 SCHEMA = "soak"
 SOURCE = "soak_src"
-EVENTS = f"{{{{ source('{SOURCE}', 'events') }}}}"
-DIMS = f"{{{{ source('{SOURCE}', 'dims') }}}}"
 START = 1704067200  # 2024-01-01 00:00:00 UTC, the event clock's origin
 KEYS = 20
 
@@ -99,9 +106,14 @@ WINDOW_STATES = {
 }
 
 
-def write_models(work: Path, retention: str) -> None:
+def source_ref(source: str, table: str) -> str:
+    return "{{ source('" + source + "', '" + table + "') }}"
+
+
+def write_models(work: Path, retention: str, source: str = SOURCE) -> None:
+    events, dims = source_ref(source, "events"), source_ref(source, "dims")
     for name, sql in MODELS.items():
-        body = sql.format(events=EVENTS, dims=DIMS, retention=retention)
+        body = sql.format(events=events, dims=dims, retention=retention)
         (work / "models" / f"{name}.sql").write_text(
             "{{ config(materialized='incremental_view') }}\n" + body + "\n"
         )
@@ -115,34 +127,57 @@ def write_models(work: Path, retention: str) -> None:
     )
 
 
-def create_sources(spark: Any) -> None:
-    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {SOURCE}")
-    spark.sql(f"DROP TABLE IF EXISTS {SOURCE}.events")
-    spark.sql(f"DROP TABLE IF EXISTS {SOURCE}.dims")
+def create_sources(spark: Any, source: str = SOURCE) -> None:
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {source}")
+    spark.sql(f"DROP TABLE IF EXISTS {source}.events")
+    spark.sql(f"DROP TABLE IF EXISTS {source}.dims")
     spark.sql(
-        f"CREATE TABLE {SOURCE}.events (id BIGINT, k INT, v BIGINT, ts TIMESTAMP) USING delta "
+        f"CREATE TABLE {source}.events (id BIGINT, k INT, v BIGINT, ts TIMESTAMP) USING delta "
         "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
     )
     spark.sql(
-        f"CREATE TABLE {SOURCE}.dims (k INT, label STRING) USING delta "
+        f"CREATE TABLE {source}.dims (k INT, label STRING) USING delta "
         "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
     )
     spark.sql(
-        f"INSERT INTO {SOURCE}.dims SELECT CAST(id AS INT), concat('label_', id) FROM range({KEYS})"
+        f"INSERT INTO {source}.dims SELECT CAST(id AS INT), concat('label_', id) FROM range({KEYS})"
     )
 
 
-def append(spark: Any, step: int, rows: int, minutes: int) -> None:
+def append(spark: Any, step: int, rows: int, minutes: int, source: str = SOURCE) -> None:
     """`rows` events of step `step`: event time in the step's `minutes`, one in ten up to 20
     minutes behind it (out of order, not late) and one in a hundred 3 hours behind (late)."""
     first = step * rows
     window = minutes * 60
     spark.sql(
-        f"INSERT INTO {SOURCE}.events SELECT id, CAST(id * 7 % {KEYS} AS INT), id % 1000, "
+        f"INSERT INTO {source}.events SELECT id, CAST(id * 7 % {KEYS} AS INT), id % 1000, "
         f"timestamp_seconds({START} + {step * window} + (id * 37) % {window} "
         "- CASE WHEN id % 100 = 0 THEN 10800 WHEN id % 10 = 0 THEN 1200 ELSE 0 END) "
         f"FROM range({first}, {first + rows})"
     )
+
+
+def probe(spark: Any) -> Dict[str, float]:
+    """The machine's speed now: seconds of a fixed Python loop and of a fixed Spark job that
+    names no table (neither grows with the soak), each the median of three runs."""
+
+    def loop() -> None:
+        total = 0
+        for number in range(1_000_000):
+            total += number
+
+    def job() -> None:
+        spark.sql("SELECT sum(id % 7) FROM range(0, 3000000, 1, 2)").collect()
+
+    timed = {}
+    for name, action in (("python_s", loop), ("spark_s", job)):
+        runs = []
+        for _ in range(3):
+            started = time.perf_counter()
+            action()
+            runs.append(time.perf_counter() - started)
+        timed[name] = round(sorted(runs)[1], 4)
+    return timed
 
 
 def latest_checksum(log: Path) -> Dict[str, Any]:
@@ -202,8 +237,10 @@ def dbt_test(dbt: Dbt, work: Path) -> List[str]:
 def summary(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The figures issue 27 asks for, from the per-step records."""
     walls = [s["wall_s"] for s in steps]
-    early = walls[49:150] if len(walls) >= 150 else walls[len(walls) // 4 : len(walls) // 2]
-    late = walls[-100:] if len(walls) >= 200 else walls[-max(1, len(walls) // 4) :]
+    early_steps = steps[49:150] if len(steps) >= 150 else steps[len(steps) // 4 : len(steps) // 2]
+    late_steps = steps[-100:] if len(steps) >= 200 else steps[-max(1, len(steps) // 4) :]
+    early = [s["wall_s"] for s in early_steps]
+    late = [s["wall_s"] for s in late_steps]
     after = steps[100:] if len(steps) > 100 else steps[len(steps) // 2 :]
     most_files = {}
     for record in after:
@@ -242,6 +279,9 @@ def summary(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
         "early_median_s": median(early),
         "late_median_s": median(late),
         "late_over_early": median(late) / median(early),
+        # the fixed Spark job's median over each window's steps that timed it (nan: none did)
+        "early_probe_spark_s": median([s["probe"]["spark_s"] for s in early_steps if "probe" in s]),
+        "late_probe_spark_s": median([s["probe"]["spark_s"] for s in late_steps if "probe" in s]),
         "most_files_after": "step 100" if len(steps) > 100 else "half the steps",
         "most_files": most_files,
     }
@@ -254,9 +294,14 @@ def chart(steps: List[Dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     numbers = [s["step"] for s in steps]
-    fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
+    probed = [s for s in steps if "probe" in s]
+    fig, axes = plt.subplots(4 if probed else 3, 1, figsize=(9, 13 if probed else 10), sharex=True)
     axes[0].plot(numbers, [s["wall_s"] for s in steps], lw=0.8)
     axes[0].set_ylabel("dbt run, s")
+    if probed:
+        axes[3].plot([s["step"] for s in probed], [s["probe"]["spark_s"] for s in probed], lw=0.8)
+        axes[3].set_ylabel("fixed Spark job, s")
+        axes[3].set_xlabel("step")
     names = sorted(steps[-1]["tables"])
     for name in names:
         axes[1].plot(numbers, [s["tables"].get(name, {}).get("files", 0) for s in steps], lw=0.8)
@@ -268,7 +313,7 @@ def chart(steps: List[Dict[str, Any]], path: Path) -> None:
             [s["step"] for s in counted], [s["tables"][name]["rows"] for s in counted], lw=0.8
         )
     axes[2].set_ylabel("state rows")
-    axes[2].set_xlabel("step")
+    axes[-1].set_xlabel("step")
     axes[2].legend([n for n in names if "__streamsql_" in n], fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -360,6 +405,8 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
         f"({figures['late_over_early']:.2f}x). `dbt test` (matches_recompute on every model): "
         f"{report['checks']}.",
         "",
+        *probe_lines(figures),
+        *control_lines(report.get("control")),
         f"State of the LATENESS aggregates after {figures['most_files_after']} "
         f"(final_state_retention `{args.retention}`), against the groups within the lateness "
         "(the current hour and the one before) plus the hour a step may open:",
@@ -405,6 +452,127 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
     (results / f"{args.output_name}.md").write_text("\n".join(lines) + "\n")
 
 
+def probe_lines(figures: Dict[str, Any]) -> List[str]:
+    """What the fixed Spark job took in each window: the machine's own speed beside the steps'."""
+    early, late = figures.get("early_probe_spark_s"), figures.get("late_probe_spark_s")
+    if early is None or late is None or early != early or late != late:  # nan: not timed
+        return []
+    return [
+        f"The fixed Spark job timed after every step (`probe`, it names no table) took "
+        f"{early:.3f} s over {figures['early_steps']} steps and {late:.3f} s over "
+        f"{figures['late_steps']} ({late / early:.2f}x): how much of the steps' change is the "
+        "machine's.",
+        "",
+    ]
+
+
+def control_lines(control: Optional[Dict[str, Any]]) -> List[str]:
+    """The side-by-side run (`--control`) in words: the aged pipeline against a fresh one."""
+    if not control:
+        return []
+    return [
+        f"Side by side (`--control {len(control['pairs'])}`, {control['started_at'][:16]} UTC): "
+        f"steps {control['pairs'][0]['aged_step']}-{control['pairs'][-1]['aged_step']} of this "
+        f"pipeline alternated with steps 1-{len(control['pairs'])} of a fresh copy of the project "
+        "(its own schemas, the same warehouse and process), so both met the same machine. Over "
+        f"the fresh copy's steps {control['window']}: this pipeline's median `dbt run` "
+        f"{control['aged_median_s']:.2f} s, the fresh copy's {control['fresh_median_s']:.2f} s "
+        f"({control['aged_median_s'] / control['fresh_median_s']:.2f}x; the median of the pairs' "
+        f"ratios {control['median_pair_ratio']:.2f}x). The fixed Spark job over those pairs: "
+        f"{control['probe_min_s']:.3f}-{control['probe_max_s']:.3f} s.",
+        "",
+    ]
+
+
+def control_pairs(
+    spark: Any, work: Path, meta: Dict[str, Any], aged_dbt: Dbt, pairs: int
+) -> Dict[str, Any]:
+    """`pairs` more steps of the soak alternating with the first `pairs` steps of a fresh copy
+    of its project (schemas `<schema>_control`, in the same warehouse, run by this process);
+    which of the two goes first alternates too. Returns the record for the report."""
+    import shutil
+
+    args = argparse.Namespace(**meta["args"])
+    schema, source = f"{SCHEMA}_control", f"{SOURCE}_control"
+    fresh = work / "control"
+    if fresh.exists():
+        shutil.rmtree(fresh)
+    write_project_skeleton(
+        fresh,
+        "soak_control",
+        schema,
+        "4g",
+        {source: ["events", "dims"]},
+        threads=args.threads,
+        warehouse_dir=work / "warehouse",
+    )
+    write_models(fresh, args.retention, source)
+    spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    create_sources(spark, source)
+    fresh_dbt = Dbt(fresh)
+    names = list(MODELS)
+    fresh_dbt.run(names)  # its first build, over empty events: step 0
+    started_at = datetime.now(timezone.utc).isoformat()
+    aged_last = meta.get("control", {}).get("aged_last_step", args.steps)
+    records = []
+    for number in range(1, pairs + 1):
+        aged_step = aged_last + number
+        runs = [("aged", aged_dbt, aged_step, SOURCE), ("fresh", fresh_dbt, number, source)]
+        record: Dict[str, Any] = {"pair": number, "aged_step": aged_step}
+        for label, dbt, step, events_of in runs if number % 2 else runs[::-1]:
+            append(spark, step, args.rows, args.minutes, events_of)
+            record[f"{label}_s"] = round(dbt.run(names)[0], 3)
+        record["probe"] = probe(spark)
+        records.append(record)
+        if number % 10 == 0:
+            print(
+                f"pair {number}: this pipeline {record['aged_s']:.2f} s, "
+                f"the fresh copy {record['fresh_s']:.2f} s",
+                flush=True,
+            )
+    # the fresh copy's steps 50-150 where there are that many (the soak's early window), else
+    # from its 21st on (its first steps run on nearly empty tables)
+    first, last = (50, min(150, pairs)) if pairs >= 100 else (min(21, pairs), pairs)
+    window = records[first - 1 : last]
+    return {
+        "started_at": started_at,
+        "aged_last_step": aged_last + pairs,
+        "window": f"{first}-{last}",
+        "aged_median_s": median([r["aged_s"] for r in window]),
+        "fresh_median_s": median([r["fresh_s"] for r in window]),
+        "median_pair_ratio": median([r["aged_s"] / r["fresh_s"] for r in window]),
+        "probe_min_s": min(r["probe"]["spark_s"] for r in window),
+        "probe_max_s": max(r["probe"]["spark_s"] for r in window),
+        "pairs": records,
+    }
+
+
+def run_control(args: Any) -> int:
+    """`--control N`: the side-by-side run on a soak that took all its steps, then its report."""
+    work = Path(args.work_dir)
+    progress = Progress(work)
+    meta, steps = progress.load()
+    if len(steps) < meta["args"]["steps"]:
+        raise SystemExit(
+            f"--control: the soak in {work} took {len(steps)} of its {meta['args']['steps']} "
+            "steps; finish it first (--resume)"
+        )
+    tree, ran_on = dbt_tree(), meta["processes"][0]["dbt_tree"]
+    if tree != ran_on:
+        raise SystemExit(
+            f"--control: this soak ran on adapter code (dbt/ tree) {ran_on}; this checkout has "
+            f"{tree or 'uncommitted changes in dbt/'}. Run it on the same code."
+        )
+    profile = yaml.safe_load((work / "profiles.yml").read_text())
+    spark = start_session(profile["soak"]["outputs"]["local"])
+    control = control_pairs(spark, work, meta, Dbt(work), args.control)
+    control["machine"] = machine_info(spark)
+    meta["control"] = control
+    progress.save(meta)
+    spark.stop()
+    return report_progress(progress)
+
+
 def report_progress(progress: "Progress", output_name: Optional[str] = None) -> int:
     """The report of a soak from its progress (`--report`), with its own arguments (and
     `output_name`, when given, for the report's name)."""
@@ -422,6 +590,7 @@ def report_progress(progress: "Progress", output_name: Optional[str] = None) -> 
         "checks": meta["checks"],
         "steps": steps,
         "summary": summary(steps),
+        "control": meta.get("control"),
     }
     every = meta["args"]["check_every"]
     if len(steps) < meta["args"]["steps"] and meta["checks"].startswith("passed"):
@@ -516,6 +685,14 @@ def main() -> int:
         "stopped before its last step: killed, or paused and not resumed), and run nothing",
     )
     parser.add_argument(
+        "--control",
+        type=int,
+        default=None,
+        metavar="N",
+        help="on a soak that took all its steps: N more of its steps alternating with the first "
+        "N of a fresh copy of the project, in one process; adds them to the report",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="carry on the soak in --work-dir with its own arguments, in a new process, on the "
@@ -525,6 +702,8 @@ def main() -> int:
     spark_conf = list(args.spark_conf)  # this process's, also on --resume
     if args.report:
         return report_progress(Progress(Path(args.work_dir)), args.output_name)
+    if args.control:
+        return run_control(args)
     started = time.monotonic()
 
     work = Path(args.work_dir)
@@ -605,6 +784,7 @@ def main() -> int:
             "notes": {n: node.adapter.get("notes") or [] for n, node in nodes.items()},
             "computed": {n: node.adapter.get("computed", "") for n, node in nodes.items()},
             "tables": table_sizes(spark, work, group_columns),
+            "probe": probe(spark),
         }
         if number == first and number > 1:
             record["first_in_process"] = True
