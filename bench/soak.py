@@ -127,6 +127,18 @@ def write_models(work: Path, retention: str, source: str = SOURCE) -> None:
     )
 
 
+def write_project(
+    work: Path, name: str, schema: str, source: str, args: Any, **options: Any
+) -> Dict[str, Any]:
+    """The soak's dbt project in `work` (models in `schema` over the tables of `source`); its
+    profile target. `options`: write_project_skeleton's `settings` or `warehouse_dir`."""
+    target = write_project_skeleton(
+        work, name, schema, "4g", {source: ["events", "dims"]}, threads=args.threads, **options
+    )
+    write_models(work, args.retention, source)
+    return target
+
+
 def create_sources(spark: Any, source: str = SOURCE) -> None:
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {source}")
     spark.sql(f"DROP TABLE IF EXISTS {source}.events")
@@ -497,16 +509,7 @@ def control_pairs(
     fresh = work / "control"
     if fresh.exists():
         shutil.rmtree(fresh)
-    write_project_skeleton(
-        fresh,
-        "soak_control",
-        schema,
-        "4g",
-        {source: ["events", "dims"]},
-        threads=args.threads,
-        warehouse_dir=work / "warehouse",
-    )
-    write_models(fresh, args.retention, source)
+    write_project(fresh, "soak_control", schema, source, args, warehouse_dir=work / "warehouse")
     spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     create_sources(spark, source)
     fresh_dbt = Dbt(fresh)
@@ -740,16 +743,7 @@ def main() -> int:
             shutil.rmtree(work)
         steps = []
     settings = spark_settings(spark_conf)
-    target = write_project_skeleton(
-        work,
-        "soak",
-        SCHEMA,
-        "4g",
-        {SOURCE: ["events", "dims"]},
-        threads=args.threads,
-        settings=settings,
-    )
-    write_models(work, args.retention)
+    target = write_project(work, "soak", SCHEMA, SOURCE, args, settings=settings)
     spark = start_session(target)
     info = machine_info(spark)
     dbt = Dbt(work)
