@@ -248,7 +248,6 @@ def dbt_test(dbt: Dbt, work: Path) -> List[str]:
 
 def summary(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The figures issue 27 asks for, from the per-step records."""
-    walls = [s["wall_s"] for s in steps]
     early_steps = steps[49:150] if len(steps) >= 150 else steps[len(steps) // 4 : len(steps) // 2]
     late_steps = steps[-100:] if len(steps) >= 200 else steps[-max(1, len(steps) // 4) :]
     early = [s["wall_s"] for s in early_steps]
@@ -286,8 +285,8 @@ def summary(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
         "window_states": windows,
         "recomputed": recomputed,
         "state_dropped": dropped,
-        "early_steps": "50-150" if len(walls) >= 150 else "the second quarter",
-        "late_steps": "the last 100" if len(walls) >= 200 else "the last quarter",
+        "early_steps": "50-150" if len(steps) >= 150 else "the second quarter",
+        "late_steps": "the last 100" if len(steps) >= 200 else "the last quarter",
         "early_median_s": median(early),
         "late_median_s": median(late),
         "late_over_early": median(late) / median(early),
@@ -550,6 +549,16 @@ def control_pairs(
     }
 
 
+def require_same_code(meta: Dict[str, Any], tree: Optional[str], flag: str) -> None:
+    """Stop `flag` (--resume, --control) unless this checkout's dbt/ tree is the soak's."""
+    ran_on = meta["processes"][0]["dbt_tree"]
+    if tree != ran_on:
+        raise SystemExit(
+            f"{flag}: this soak ran on adapter code (dbt/ tree) {ran_on}; this checkout has "
+            f"{tree or 'uncommitted changes in dbt/'}. Carry on on the same code."
+        )
+
+
 def run_control(args: Any) -> int:
     """`--control N`: the side-by-side run on a soak that took all its steps, then its report."""
     work = Path(args.work_dir)
@@ -560,12 +569,7 @@ def run_control(args: Any) -> int:
             f"--control: the soak in {work} took {len(steps)} of its {meta['args']['steps']} "
             "steps; finish it first (--resume)"
         )
-    tree, ran_on = dbt_tree(), meta["processes"][0]["dbt_tree"]
-    if tree != ran_on:
-        raise SystemExit(
-            f"--control: this soak ran on adapter code (dbt/ tree) {ran_on}; this checkout has "
-            f"{tree or 'uncommitted changes in dbt/'}. Run it on the same code."
-        )
+    require_same_code(meta, dbt_tree(), "--control")
     profile = yaml.safe_load((work / "profiles.yml").read_text())
     spark = start_session(profile["soak"]["outputs"]["local"])
     control = control_pairs(spark, work, meta, Dbt(work), args.control)
@@ -728,12 +732,7 @@ def main() -> int:
             overrides["output_name"] = args.output_name
         args = argparse.Namespace(**{**meta["args"], **overrides})
         meta["args"] = vars(args)
-        ran_on = meta["processes"][0]["dbt_tree"]
-        if tree != ran_on:
-            raise SystemExit(
-                f"--resume: this soak ran on adapter code (dbt/ tree) {ran_on}; this checkout "
-                f"has {tree or 'uncommitted changes in dbt/'}. Resume on the same code."
-            )
+        require_same_code(meta, tree, "--resume")
     else:
         args.steps = 1000 if args.steps is None else args.steps
         args.output_name = args.output_name or "soak"
