@@ -29,7 +29,12 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 from filelock import FileLock, Timeout
 
-from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING, is_store_jar, with_log_store
+from dbt.adapters.streamsql.log_store import (
+    LOG_STORE_SETTING,
+    cache_dir,
+    is_store_jar,
+    with_log_store,
+)
 
 logger = AdapterLogger("StreamSQL")
 
@@ -54,10 +59,7 @@ def delta_maven_coordinate() -> str:
 
 def resolved_jars_file(coordinate: str) -> str:
     """Where the jar files Ivy resolved for `coordinate` are listed after a first start."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(
-        cache, "dbt-streamsql", re.sub(r"[^A-Za-z0-9_.-]", "_", coordinate) + ".jars"
-    )
+    return os.path.join(cache_dir(), re.sub(r"[^A-Za-z0-9_.-]", "_", coordinate) + ".jars")
 
 
 def cached_jars(coordinate: str) -> Optional[str]:

@@ -48,6 +48,7 @@ _reported = False
 
 
 def cache_dir() -> str:
+    """The adapter's cache folder (the compiled store, the jar lists Ivy resolved)."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(cache, "dbt-streamsql")
 
@@ -159,7 +160,8 @@ def store_jar() -> Optional[str]:
         _reported = True
         logger.info(
             f"Delta's own log store is in use: {reason}. Statements on a table slow down as its "
-            "log grows (docs/tables.md, 'Log length'); install a JDK to use the adapter's."
+            "log grows (docs/tables.md, 'Log length'). To use the adapter's store instead, see "
+            "docs/configuration.md, 'Delta's log store' (a JDK's javac, a writable cache folder)."
         )
     return None
 
