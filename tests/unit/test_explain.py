@@ -116,6 +116,14 @@ def test_global_top_k_says_when_a_step_reads_the_whole_query():
     assert "nothing" not in text
 
 
+def test_global_top_k_under_lateness_says_no_rows_below_the_cut_are_kept():
+    # the step keeps none there (step.py: LATENESS or WATERMARK may set part of a change aside)
+    rules = EventTimeRules([LatenessRule(Column("v", "int"), "10")], [])
+    text = " ".join("\n".join(plan_lines(plan(TOP_3, "id bigint", "v int"), rules)).split())
+    assert "the model's (no rows below the cut are kept under LATENESS or WATERMARK)" in text
+    assert "below its cut the step record keeps" not in text
+
+
 def test_split_reason_separates_shape_and_notes():
     assert split_reason("group by (count(*), max); min/max recompute a group after a deletion") == (
         "group by (count(*), max)",

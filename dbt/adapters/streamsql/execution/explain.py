@@ -124,7 +124,7 @@ def held_count(pending_table: str) -> str:
 def format_explanation(found: Explanation) -> str:
     model, plan = found.model, found.plan
     lines = [f"streamsql_explain: {model.name} ({model.table_name()})", ""]
-    plan_text = plan_lines(plan)
+    plan_text = plan_lines(plan, found.rules)
     if plan_name(plan, model) != plan.strategy:
         plan_text[0] = (
             f"Plan: {plan_name(plan, model)} (emit_final: the model holds only "
@@ -150,8 +150,9 @@ def format_explanation(found: Explanation) -> str:
     return "\n".join(lines)
 
 
-def plan_lines(plan: StepPlan) -> List[str]:
-    """The plan, its reason, what is on the fast path and what is recomputed (and how not to)."""
+def plan_lines(plan: StepPlan, rules: Optional[EventTimeRules] = None) -> List[str]:
+    """The plan, its reason, what is on the fast path and what is recomputed (and how not to).
+    `rules`: the model's LATENESS and WATERMARK (none when not given)."""
     rows: List[Tuple[str, str]] = [("reason", plan.reason)]
     if plan.strategy == "recompute":
         why = plan.reason[len(RECOMPUTE) :] if plan.reason.startswith(RECOMPUTE) else plan.reason
@@ -181,11 +182,15 @@ def plan_lines(plan: StepPlan) -> List[str]:
         notes += [note for note in stage_notes if is_partial_recompute(note)]
     partial = [note for note in notes if is_partial_recompute(note)]
     if global_top_k.CONSTRUCT in top:
-        kept = (
-            f"the model's and the {plan.top_k.buffer_rows} below its cut the step record keeps"
-            if plan.top_k is not None
-            else "the model's (no rows below the cut are kept: a column's type forbids)"
-        )
+        if rules is not None and (rules.lateness or rules.watermark):
+            # they may set part of a change aside, so the rows below the cut are not known
+            kept = "the model's (no rows below the cut are kept under LATENESS or WATERMARK)"
+        elif plan.top_k is not None:
+            kept = (
+                f"the model's and the {plan.top_k.buffer_rows} below its cut the step record keeps"
+            )
+        else:
+            kept = "the model's (no rows below the cut are kept: a column's type forbids)"
         rows.append(
             (
                 "recomputed",
