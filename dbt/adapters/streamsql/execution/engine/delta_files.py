@@ -142,6 +142,9 @@ class LogFiles:
         found = [self._commit(log, v) for v in range(latest, max(latest - limit, -1), -1)]
         return [commit for commit in found if commit is not None]
 
+    def missing_files(self, name: str, first: int, last: int) -> Optional[List[str]]:
+        return self.fallback.missing_files(name, first, last)
+
     def _latest(self, log: str) -> Optional[int]:
         """The newest committed version: from the last checkpoint on, the first missing file."""
         version = -1
@@ -269,7 +272,6 @@ class JvmDeltaLog(LogFiles):
     (`JvmSnapshotLog`, which asks SQL when the JVM cannot answer)."""
 
     def __init__(self, spark: Any, fallback: SqlDeltaLog) -> None:
-        self.spark = spark  # the session's JVM: recovery/faults.py reads commits' files there
         self.jvm = JvmSnapshotLog(spark, fallback)
         super().__init__(self.jvm)
         # per table: (its log's folder, its location) as the JVM said, for this reader (a step)

@@ -186,6 +186,12 @@ class DeltaLogReader(Protocol):
 
     def recent_commits(self, name: str, limit: int) -> List[Commit]: ...
 
+    def missing_files(self, name: str, first: int, last: int) -> Optional[List[str]]:
+        """Files that the commits `first`..`last` of table `name` name and that are gone (their
+        add, remove and change-data files and deletion vectors); None where this reader cannot
+        tell, or asking failed."""
+        ...
+
 
 def name_parts(name: str) -> Tuple[str, str]:
     """(schema, table) of `schema.table` or `` `schema`.`table` ``."""
@@ -308,6 +314,9 @@ class SqlDeltaLog:
 
     def recent_commits(self, name: str, limit: int) -> List[Commit]:
         return [self._commit(row) for row in self._history(name, limit)]
+
+    def missing_files(self, name: str, first: int, last: int) -> Optional[List[str]]:
+        return None  # SQL does not name a commit's files
 
     def _history(self, name: str, limit: int) -> List[Dict[str, Any]]:
         return ask_catalog(self.session, f"DESCRIBE HISTORY {quoted(name)} LIMIT {limit}")
@@ -446,6 +455,35 @@ class JvmSnapshotLog:
             return self._fall_back(
                 "recent_commits", exc, lambda: self.fallback.recent_commits(name, limit)
             )
+
+    def missing_files(self, name: str, first: int, last: int) -> Optional[List[str]]:
+        try:
+            delta_log = self._delta_log(name)
+            hadoop = self.jvm.org.apache.hadoop.fs.Path
+            data_path = delta_log.dataPath()
+            fs = data_path.getFileSystem(delta_log.newDeltaHadoopConf())
+            paths = []
+            changes = delta_log.getChanges(first, self.handles["none"], False)
+            while changes.hasNext():
+                pair = changes.next()
+                if int(pair._1()) > last:
+                    break
+                actions = pair._2().iterator()
+                while actions.hasNext():
+                    action = actions.next()
+                    kind = action.getClass().getSimpleName()
+                    if kind == "AddFile" and not action.dataChange():
+                        continue  # written by OPTIMIZE: no read of the change needs it
+                    if kind not in ("AddFile", "RemoveFile", "AddCDCFile"):
+                        continue
+                    paths.append(hadoop(data_path, hadoop(self.jvm.java.net.URI(action.path()))))
+                    vector = action.deletionVector() if kind != "AddCDCFile" else None
+                    if vector is not None and vector.isOnDisk():
+                        paths.append(vector.absolutePath(data_path))
+            return [str(path.toString()) for path in paths if not fs.exists(path)]
+        except Exception as exc:
+            logger.debug(f"Listing the files of {name}'s commits {first}-{last} failed: {exc}")
+            return None
 
     # -- the JVM side ---------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit.record import CREATING_OPERATIONS, StepRecord
 from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.engine.delta_log import Commit, name_parts, quoted
+from dbt.adapters.streamsql.execution.engine.delta_log import Commit, quoted
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
 
 # Operations after which an input is another table than the one the last step read.
@@ -210,53 +210,6 @@ def same_tables(record: Optional[StepRecord], read: Sequence[InputState]) -> boo
     return all(record.input_ids.get(item.table.name) in (None, "", item.table_id) for item in read)
 
 
-def missing_files(ctx: StepContext, name: str, first: int, last: int) -> Optional[List[str]]:
-    """Files that the commits `first`..`last` of table `name` name and that are gone.
-
-    Read in the embedded session's JVM (the commits' add, remove and change-data files and their
-    deletion vectors); None where that cannot be asked (over SQL alone), or fails.
-    """
-    spark = getattr(ctx.delta_log, "spark", None)
-    if spark is None:
-        return None
-    try:
-        jvm = spark._jvm
-        schema_name, table = name_parts(name)
-        identifier = jvm.org.apache.spark.sql.catalyst.TableIdentifier(
-            table, jvm.scala.Option.apply(schema_name)
-        )
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-            spark._jsparkSession, identifier
-        )
-        data_path = delta_log.dataPath()
-        fs = data_path.getFileSystem(delta_log.newDeltaHadoopConf())
-        paths = []
-        changes = delta_log.getChanges(first, jvm.scala.Option.empty(), False)
-        while changes.hasNext():
-            pair = changes.next()
-            if int(pair._1()) > last:
-                break
-            actions = pair._2().iterator()
-            while actions.hasNext():
-                action = actions.next()
-                kind = action.getClass().getSimpleName()
-                if kind == "AddFile" and not action.dataChange():
-                    continue  # written by OPTIMIZE: no read of the change needs it
-                if kind not in ("AddFile", "RemoveFile", "AddCDCFile"):
-                    continue
-                paths.append(
-                    jvm.org.apache.hadoop.fs.Path(
-                        data_path, jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(action.path()))
-                    )
-                )
-                vector = action.deletionVector() if kind != "AddCDCFile" else None
-                if vector is not None and vector.isOnDisk():
-                    paths.append(vector.absolutePath(data_path))
-        return [str(path.toString()) for path in paths if not fs.exists(path)]
-    except Exception:
-        return None
-
-
 def in_place_replacements(
     before: Optional[int], now: int, commits: Optional[Sequence[Commit]]
 ) -> List[Commit]:
@@ -345,7 +298,7 @@ def input_fault(ctx: StepContext, change: InputChange, previous: StepRecord) -> 
     if fault is None and readable:
         change.replaced = [(c.version, c.operation) for c in replacements]
     if fault is not None and fault.vacuum:
-        gone = missing_files(ctx, item.table.name, fault.first, fault.last)
+        gone = ctx.delta_log.missing_files(item.table.name, fault.first, fault.last)
         if gone == []:
             return None
         if gone:
