@@ -10,6 +10,8 @@ checkpoints and checksums, and the operations that list the log are run on top o
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import zipfile
 from typing import Any, List, Tuple
@@ -187,3 +189,35 @@ def test_time_travel_change_feed_optimize_vacuum_and_log_cleanup_work_on_it(spar
     # the change feed of the versions since reads
     since = spark.sql(f"select id from table_changes('{table}', {latest + 1})").collect()
     assert sorted(r.id for r in since) == list(range(7, 7 + 3 - latest % 3))
+
+
+FIRST_START = """
+import sys
+from dbt.adapters.streamsql import embedded_spark as e
+session = e.get_spark_session(e.SessionSettings(sys.argv[1], "local[1]", {}, 60))
+print("remembered:" + (e.cached_jars(e.delta_maven_coordinate()) or ""))
+session.stop()
+"""
+
+
+def test_a_first_start_remembers_deltas_jars_beside_the_store(tmp_path):
+    """A start with nothing cached asks Ivy for Delta's jars with the store's jar already in
+    spark.jars, and lists Ivy's jars (not the store's) so that later starts skip Ivy. A process
+    of its own: the cache folder is read when a JVM starts."""
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_START, str(tmp_path / "warehouse")],
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("remembered:")]
+    jars = [jar for jar in line[len("remembered:") :].split(",") if jar]
+    names = [os.path.basename(jar) for jar in jars]
+    assert any(name.startswith("io.delta_delta-spark_") for name in names), names
+    assert any(name.startswith("io.delta_delta-storage-") for name in names), names
+    assert not any(log_store.is_store_jar(jar) for jar in jars), names
+    assert os.path.isfile(
+        os.path.join(tmp_path / "cache", "dbt-streamsql", os.path.basename(log_store.jar_path()))
+    ), "the store was compiled into the new cache folder too"

@@ -38,16 +38,27 @@ def test_a_profile_that_names_a_log_store_keeps_it(compiled, own):
 def test_the_remembered_delta_jars_leave_the_store_out(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     delta = tmp_path / "delta-spark.jar"
-    delta.write_bytes(b"jar")
-    listed = f"file://{delta},file://{JAR}"
+    storage = tmp_path / "delta-storage.jar"
+    for jar in (delta, storage):
+        jar.write_bytes(b"jar")
+    # as Spark's conf reads after a first start with the store in spark.jars: Ivy's jars are in
+    # spark.repl.local.jars only (test_log_store.py, functional, starts one for real)
+    conf = {
+        "spark.jars": f"file://{JAR}",
+        "spark.repl.local.jars": f"file://{JAR},file://{delta},file://{storage}",
+    }
 
     class Session:
         class sparkContext:
             @staticmethod
             def getConf():
-                return {"spark.jars": listed}
+                return conf
 
     coordinate = embedded_spark.delta_maven_coordinate()
+    embedded_spark.remember_jars(coordinate, Session)
+    assert embedded_spark.cached_jars(coordinate) == f"file://{delta},file://{storage}"
+    # a start without the store: Spark put Ivy's jars in spark.jars as well
+    conf = {"spark.jars": f"file://{delta}", "spark.repl.local.jars": f"file://{delta}"}
     embedded_spark.remember_jars(coordinate, Session)
     assert embedded_spark.cached_jars(coordinate) == f"file://{delta}"
 

@@ -77,10 +77,15 @@ def cached_jars(coordinate: str) -> Optional[str]:
 
 
 def remember_jars(coordinate: str, session: Any) -> None:
-    """After Ivy resolved `coordinate`, list the jar files it gave for the next start."""
-    listed = session.sparkContext.getConf().get("spark.jars", "")
+    """After Ivy resolved `coordinate`, list the jar files it gave for the next start.
+
+    Spark adds them to `spark.jars` only when the start named no jar there; beside the log
+    store's jar they are in `spark.repl.local.jars` (every local jar of the start) alone."""
+    conf = session.sparkContext.getConf()
+    listed = [conf.get(key, "") or "" for key in ("spark.jars", "spark.repl.local.jars")]
     # the adapter's log store rides along in spark.jars; it is added again at every start
-    jars = ",".join(jar for jar in listed.split(",") if jar and not is_store_jar(jar))
+    found = [jar for jar in ",".join(listed).split(",") if jar and not is_store_jar(jar)]
+    jars = ",".join(dict.fromkeys(found))
     if not jars:
         return
     path = resolved_jars_file(coordinate)
