@@ -68,7 +68,7 @@ def bag_diff(what: str, expected: Counter, actual: Counter) -> str:
 
 
 def differing(project, checks: Sequence[tuple]) -> List[str]:
-    """Of `checks` (name, a column list, a relation, a SELECT), the names where the relation's
+    """Of `checks` (name, its columns, a relation, a SELECT), the names where the relation's
     rows and the SELECT's differ as multisets, found in one Spark query for all of them: each
     side's rows are counted by every column (NULLs count together, as do -0.0 and 0.0), and a
     full outer join of the two counts, NULL-safe on every column, finds the rows whose counts
@@ -81,8 +81,8 @@ def differing(project, checks: Sequence[tuple]) -> List[str]:
     if not checks:
         return []
     counts = []
-    for name, columns, relation, select in checks:
-        names = [c.strip() for c in columns.split(",")]
+    for name, names, relation, select in checks:
+        columns = ", ".join(names)
         on = " and ".join(f"a.{c} <=> b.{c}" for c in names)
         counts.append(
             f"(select count(*) from (select {columns}, count(*) as _n from {relation} "

@@ -533,7 +533,7 @@ class TestDifferential:
         def select(values: str) -> str:
             return f"select * from values {values} as t(x, y, f, d)"
 
-        columns = "x, y, f, d"
+        columns = ["x", "y", "f", "d"]
         checks = [
             ("same", columns, relation(rows), select(rows)),
             (
@@ -569,7 +569,7 @@ class TestDifferential:
                 project.run_sql(statement)
 
         compiled: Dict[str, str] = {}
-        columns_of: Dict[str, str] = {}
+        columns_of: Dict[str, List[str]] = {}
         previous_step: Dict[str, int] = {}
         for step in range(1, self.steps + 1):
             applied: List[str] = []
@@ -616,16 +616,17 @@ class TestDifferential:
             for name in self.names:
                 relation = f"{sources}.{name}"
                 if name not in columns_of:  # a model's columns do not change between steps
-                    columns_of[name] = ", ".join(f"`{c}`" for c in model_columns(project, relation))
+                    columns_of[name] = [f"`{c}`" for c in model_columns(project, relation)]
                 checks.append(
                     (name, columns_of[name], relation, compiled[name].strip().rstrip(";"))
                 )
             # one query finds the models whose rows differ from their query's at all; those are
             # compared as before (floats rounded), and must be equal that way
             suspects = set(differing(project, checks))
-            for name, columns, relation, body in checks:
+            for name, names, relation, body in checks:
                 if name not in suspects:
                     continue
+                columns = ", ".join(names)
                 actual = as_bag(project.run_sql(f"select {columns} from {relation}", fetch="all"))
                 expected = as_bag(project.run_sql(f"select {columns} from ({body}) q", fetch="all"))
                 assert actual == expected, (
