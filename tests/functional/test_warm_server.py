@@ -32,6 +32,9 @@ MODELS = {
     "select id % 2 as k, count(*) as n from {{ ref('numbers') }} group by id % 2",
     "big.sql": "{{ config(materialized='incremental_view') }} "
     "select id from {{ ref('numbers') }} where id > 2",
+    # a statement that stays on the server for a minute: a server killed while it runs
+    "sleeper.sql": "{{ config(materialized='table') }} "
+    "select reflect('java.lang.Thread', 'sleep', cast(60000 as bigint)) as slept",
     "schema.yml": "version: 2\nmodels:\n  - name: evens\n    columns:\n      - name: id\n"
     "        data_tests: [not_null]\n",
 }
@@ -160,6 +163,29 @@ def test_two_processes_at_once_share_the_server(project):
 def test_a_killed_server_is_replaced_with_a_line_saying_so(project):
     dbt, paths = project
     killed = warm_server.ServerState.read(paths)
+    # Its JVM killed (as by the out-of-memory killer) while a statement of a run is on it: the
+    # run says what happened, in its words, and the server's process ends, saying why.
+    log = dbt.root / "logs" / "dbt.log"
+    log.unlink(missing_ok=True)
+    running = dbt.dbt_popen("run", "--select", "sleeper")
+    wait_for(
+        lambda: log.exists() and "java.lang.Thread" in log.read_text(),
+        300,
+        "the run sent its statement",
+    )
+    with open(f"/proc/{killed.pid}/task/{killed.pid}/children") as children:
+        (jvm,) = [int(pid) for pid in children.read().split()]
+    os.kill(jvm, signal.SIGKILL)
+    out, _ = running.communicate(timeout=300)
+    assert running.returncode == 1, out[-4000:]
+    assert f"The warm Spark server of {paths.warehouse_dir} stopped during this command" in out
+    assert "Unhandled error" not in out and "RETRIES_EXCEEDED" not in out, out[-4000:]
+    wait_for(lambda: not warm_server.pid_alive(killed.pid), 30, "the server's process ended")
+    assert "Spark's JVM ended (exit code -9" in open(paths.log).read()
+    # What dbt ran after the model found the server gone and started another. Killed between
+    # runs, that one is replaced by the next command, which says so.
+    killed = warm_server.ServerState.read(paths)
+    assert killed is not None and f"(pid {killed.pid}, port {killed.port})" not in out
     os.kill(killed.pid, signal.SIGKILL)
     wait_for(lambda: not warm_server.pid_alive(killed.pid), 30, "the server's process ended")
     rerun = dbt.dbt("run", "--select", "parity")

@@ -145,6 +145,11 @@ def test_a_lost_server_is_named_with_what_to_do(tmp_path):
     remote = Connection(credentials(method="connect", host="spark.internal"))
     assert "spark.internal:15002 cannot be reached" in server_lost(remote, "Connection refused")
     assert server_lost(warm, "[TABLE_OR_VIEW_NOT_FOUND] ...") is None
+    # stopped under a statement: its Spark stopped first
+    stopping = "(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext."
+    assert "stopped during this command" in server_lost(warm, stopping)
+    cancelled = "Job 12 cancelled because SparkContext was shut down"
+    assert "stopped during this command" in server_lost(warm, cancelled)
 
 
 def test_a_stopped_child_that_is_not_yet_reaped_is_not_alive():

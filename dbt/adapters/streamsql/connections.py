@@ -6,6 +6,7 @@ import dataclasses
 import os
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -127,7 +128,14 @@ class StreamSQLCredentials(SparkCredentials):
         return ("method",) + super()._connection_keys()
 
 
-LOST_CONNECTION_MARKERS = ("UNAVAILABLE", "Connection refused", "failed to connect to all")
+LOST_CONNECTION_MARKERS = (
+    "UNAVAILABLE",
+    "Connection refused",
+    "failed to connect to all",
+    # the server stopping under a statement (its Spark stopped, its jobs cancelled)
+    "Cannot call methods on a stopped SparkContext",
+    "because SparkContext was shut down",
+)
 
 
 def server_lost(connection: Connection, message: str) -> Optional[str]:
@@ -140,7 +148,8 @@ def server_lost(connection: Connection, message: str) -> Optional[str]:
         log = warm_server.ServerPaths(warehouse).log
         return (
             f"The warm Spark server of {warehouse} stopped during this command (stopped, "
-            f"killed, or out of memory: see {log}). The next dbt command starts a new one, and a "
+            f"killed, or out of memory: see {log}). A new one starts when a dbt command next needs "
+            "one (this one's models that still run included), and a "
             "model's next step completes any step this one left unfinished."
         )
     return (
@@ -209,6 +218,9 @@ def connect_session(url: str, parameters: Mapping[str, str], local: bool = False
     per statement: 70 against 40 ms for `SELECT 1` here)."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    # PySpark warns on the terminal when it gives up on a server; the failed statement's error
+    # says so, naming the server and what to do (server_lost).
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]", category=UserWarning)
     spark = ConnectSession.builder.remote(url).create()
     if local:
         from pyspark.sql.connect.client.retries import DefaultPolicy
@@ -299,11 +311,14 @@ class StreamSQLConnectionManager(SparkConnectionManager):
 
     @contextmanager
     def exception_handler(self, sql: str) -> Iterator[None]:
-        """dbt-spark's, saying so when the Spark Connect server went away mid-run."""
+        """dbt-spark's, saying so when the Spark Connect server went away mid-run.
+
+        gRPC's own errors carry no arguments, which dbt-spark's handler passes on as they are:
+        a server killed during a statement would end the model in a raw stack trace."""
         try:
             with super().exception_handler(sql):
                 yield
-        except DbtRuntimeError as error:
+        except Exception as error:
             lost = server_lost(self.get_thread_connection(), str(error))
             if lost:
                 raise DbtRuntimeError(f"{lost}\n{error}") from error

@@ -139,8 +139,12 @@ class SessionSettings:
                 f"jdbc:derby:;databaseName={metastore};create=true"
             ),
             # The JVM in UTC like the SQL session: on a JVM in another time zone Delta rebuilds
-            # a small table's list of files after each commit instead of updating it.
-            "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse} -Duser.timezone=UTC",
+            # a small table's list of files after each commit instead of updating it. A JVM
+            # that crashes writes its report beside Spark's log, not in the dbt project.
+            "spark.driver.extraJavaOptions": (
+                f"-Dderby.system.home={warehouse} -Duser.timezone=UTC "
+                f"-XX:ErrorFile={os.path.join(warehouse, 'logs', 'hs_err_pid%p.log')}"
+            ),
             # Tables created without a USING clause are Delta tables, with the change feed on.
             "spark.sql.sources.default": "delta",
             "spark.sql.legacy.createHiveTableByDefault": "false",

@@ -505,8 +505,19 @@ def serve(config_path: str) -> int:
         flush=True,
     )
     tracker = spark.sparkContext.statusTracker()
+    jvm_process = getattr(spark.sparkContext._gateway, "proc", None)
+    jvm_ended: Optional[int] = None
     try:
         while not stopping.wait(2):
+            jvm_ended = jvm_process.poll() if jvm_process is not None else None
+            if jvm_ended is not None:  # killed (out of memory?) or crashed: nothing to serve
+                print(
+                    f"{time.strftime('%H:%M:%S')} Spark's JVM ended (exit code {jvm_ended}; "
+                    "killed, out of memory, or crashed: see above, and any hs_err_pid*.log "
+                    "beside this log): stopping",
+                    flush=True,
+                )
+                break
             idle = time.time() - last_used(paths, state)
             if idle >= state.idle_timeout and not tracker.getActiveJobsIds():
                 print(f"{time.strftime('%H:%M:%S')} unused for {idle:.0f} s: stopping", flush=True)
@@ -517,9 +528,10 @@ def serve(config_path: str) -> int:
                 os.unlink(paths.state)
             except FileNotFoundError:
                 pass
-        spark.stop()
+        if jvm_ended is None:
+            spark.stop()
         print(f"{time.strftime('%H:%M:%S')} stopped", flush=True)
-    return 0
+    return 0 if jvm_ended is None else 1
 
 
 def main(argv: Optional[List[str]] = None) -> int:
