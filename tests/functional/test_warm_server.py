@@ -81,7 +81,10 @@ def test_the_first_command_starts_a_server_that_later_ones_reuse(project):
     assert os.path.isfile(paths.log)
     # Delta's log is read through the adapter's store (dbt/adapters/streamsql/log_store.py)
     with open(paths.log) as log:
-        assert "Delta log store for file: tables: io.streamsql.ListFromLogStore" in log.read()
+        server_log = log.read()
+    assert "Delta log store for file: tables: io.streamsql.ListFromLogStore" in server_log
+    # and its statements, each on a thread of its own, share one metastore connection
+    assert "one metastore connection for all statements (HMSHandler." in server_log
 
     second = dbt.dbt("run", "--select", "evens", "parity", "big")
     assert second.returncode == 0, second.stdout[-4000:]

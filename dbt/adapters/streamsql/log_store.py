@@ -17,6 +17,9 @@ Delta's store does; only the listing's cost differs.
 
 Without a JDK compiler (a JRE only), or when a profile names a log store itself, Delta's own
 store is used, with one line saying why.
+
+The same jar carries `SharedMetastoreThreadState`, which the warm server uses to keep one
+metastore connection across its statements' threads (warm_server.py).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ OWN_STORE_SETTINGS = (LOG_STORE_SETTING, "spark.delta.logStore.class")
 JAR_PREFIX = "streamsql-log-store-"
 JVM_DIR = os.path.join(os.path.dirname(__file__), "jvm")
 SOURCE = os.path.join(JVM_DIR, "ListFromLogStore.java")
+# Compiled into the same jar: the warm server's one metastore connection (warm_server.py)
+METASTORE_SOURCE = os.path.join(JVM_DIR, "SharedMetastoreThreadState.java")
 STUB = os.path.join(JVM_DIR, "stub", "io", "delta", "storage", "LocalLogStore.java")
 JAVA_RELEASE = "17"  # Spark 4's minimum: classes for a newer JVM would not load on Java 17
 
@@ -56,7 +61,7 @@ def cache_dir() -> str:
 def jar_path() -> str:
     """Where this version of the store's source is compiled to."""
     digest = hashlib.sha256(JAVA_RELEASE.encode())
-    for path in (SOURCE, STUB):
+    for path in (SOURCE, STUB, METASTORE_SOURCE):
         with open(path, "rb") as handle:
             digest.update(handle.read())
     return os.path.join(cache_dir(), f"{JAR_PREFIX}{digest.hexdigest()[:12]}.jar")
@@ -98,7 +103,11 @@ def compile_store(target: str) -> Optional[str]:
         common = [javac, "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8"]
         steps = [
             [*common, "-cp", os.pathsep.join(hadoop), "-d", stub_classes, STUB],
-            [*common, "-cp", os.pathsep.join([stub_classes, *hadoop]), "-d", classes, SOURCE],
+            [
+                *common,
+                *("-cp", os.pathsep.join([stub_classes, *hadoop]), "-d", classes),
+                *(SOURCE, METASTORE_SOURCE),
+            ],
         ]
         for command in steps:
             try:
