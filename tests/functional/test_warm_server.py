@@ -179,6 +179,9 @@ def test_a_killed_server_is_replaced_with_a_line_saying_so(project):
     with open(f"/proc/{killed.pid}/task/{killed.pid}/children") as children:
         (jvm,) = [int(pid) for pid in children.read().split()]
     os.kill(jvm, signal.SIGKILL)
+    # And asked to stop at once, as a dbt process that finds its port closed does, before the
+    # server's own look at its JVM: it must still say why it ended, not hang stopping a dead JVM.
+    os.kill(killed.pid, signal.SIGTERM)
     out, _ = running.communicate(timeout=300)
     assert running.returncode == 1, out[-4000:]
     assert f"The warm Spark server of {paths.warehouse_dir} stopped during this command" in out

@@ -512,19 +512,27 @@ def serve(config_path: str) -> int:
     try:
         while not stopping.wait(2):
             jvm_ended = jvm_process.poll() if jvm_process is not None else None
-            if jvm_ended is not None:  # killed (out of memory?) or crashed: nothing to serve
-                print(
-                    f"{time.strftime('%H:%M:%S')} Spark's JVM ended (exit code {jvm_ended}; "
-                    "killed, out of memory, or crashed: see above, and any hs_err_pid*.log "
-                    "beside this log): stopping",
-                    flush=True,
-                )
+            if jvm_ended is not None:
                 break
             idle = time.time() - last_used(paths, state)
             if idle >= state.idle_timeout and not tracker.getActiveJobsIds():
                 print(f"{time.strftime('%H:%M:%S')} unused for {idle:.0f} s: stopping", flush=True)
                 break
     finally:
+        # Asked to stop by a client that found the port closed, the JVM may have died since the
+        # last look: stopping Spark on a dead JVM would hang until this process is killed.
+        if jvm_ended is None and jvm_process is not None:
+            try:
+                jvm_ended = jvm_process.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        if jvm_ended is not None:  # killed (out of memory?) or crashed: nothing to serve
+            print(
+                f"{time.strftime('%H:%M:%S')} Spark's JVM ended (exit code {jvm_ended}; "
+                "killed, out of memory, or crashed: see above, and any hs_err_pid*.log "
+                "beside this log): stopping",
+                flush=True,
+            )
         if (ServerState.read(paths) or state).pid == state.pid:
             try:
                 os.unlink(paths.state)
