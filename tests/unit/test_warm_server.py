@@ -37,6 +37,20 @@ def test_the_fingerprint_follows_the_settings_a_server_is_started_with(tmp_path)
     assert warm_server.settings_fingerprint(other_master) != base
 
 
+def test_the_same_python_named_two_ways_has_one_fingerprint(tmp_path, monkeypatch):
+    # `dbt` (its script names the venv's python by full path) and `../.venv/bin/python -m dbt`
+    # must share a server, not replace each other's; another venv's python must not.
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    monkeypatch.setattr(warm_server.sys, "executable", str(venv / "python"))
+    base = warm_server.settings_fingerprint(settings(tmp_path))
+    monkeypatch.chdir(tmp_path / "venv")
+    monkeypatch.setattr(warm_server.sys, "executable", "bin/../bin/python")
+    assert warm_server.settings_fingerprint(settings(tmp_path)) == base
+    monkeypatch.setattr(warm_server.sys, "executable", str(tmp_path / "other" / "bin" / "python"))
+    assert warm_server.settings_fingerprint(settings(tmp_path)) != base
+
+
 def state(tmp_path, pid, port, fingerprint="f", version=warm_server.ADAPTER_VERSION):
     return warm_server.ServerState(pid, port, str(tmp_path), version, fingerprint, time.time(), 60)
 

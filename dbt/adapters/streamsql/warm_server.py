@@ -119,7 +119,8 @@ def settings_fingerprint(settings: SessionSettings) -> str:
         "server_side_parameters": dict(sorted(settings.server_side_parameters.items())),
         "adapter": ADAPTER_VERSION,
         "pyspark": pyspark.__version__,
-        "python": sys.executable,
+        # as written, not resolved: a venv's python is a link to the one it was made from
+        "python": os.path.normpath(os.path.abspath(sys.executable)),
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
 
