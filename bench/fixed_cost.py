@@ -375,8 +375,10 @@ def main(argv: Any = None) -> int:
     (work / "profiles.yml").write_text(yaml.safe_dump(profiles))
     cold: Dict[str, List[Dict[str, Any]]] = {}
     explain = ["run-operation", "streamsql_explain", "--args", "{model: g_count}"]
+    twins = [TWIN + n for n in MODELS]
     for target, mode in (("local", "in process"), ("server", "warm server")):
-        if target == "server":
+        server = target == "server"
+        if server:
             started = time.time()
             dbt_process(work, target, *explain)
             cold[f"{mode}: the server's first start (a run-operation)"] = [
@@ -392,20 +394,19 @@ def main(argv: Any = None) -> int:
                 next_id += args.step_rows
                 cold[f"{mode}: step, the server's first steps"].append(cold_run(work, target))
                 # and the `table` twins, as the warm phase's JVM ran them beside every step
-                dbt_process(work, target, "run", "--select", *[TWIN + n for n in MODELS])
+                dbt_process(work, target, "run", "--select", *twins)
         cold[f"{mode}: dbt ls (no Spark)"] = [
             {"wall_s": dbt_process(work, target, "ls")} for _ in range(args.cold_runs)
         ]
         cold[f"{mode}: no change"] = [cold_run(work, target) for _ in range(args.cold_runs)]
         cold[f"{mode}: step"] = []
         for _ in range(args.cold_runs):  # new rows, appended by a short process of their own
-            server = target == "server"
             _append_in_process(work, next_id, args.step_rows, server, check=server)
             next_id += args.step_rows
             cold[f"{mode}: step"].append(cold_run(work, target))
             if server:
-                dbt_process(work, target, "run", "--select", *[TWIN + n for n in MODELS])
-        if target == "server":  # the last step's views against their tables
+                dbt_process(work, target, "run", "--select", *twins)
+        if server:  # the last step's views against their tables
             _append_in_process(work, next_id, 0, through_server=True, check=True)
         cold[f"{mode}: streamsql_explain"] = [
             {"wall_s": dbt_process(work, target, *explain)} for _ in range(args.cold_runs)
@@ -437,7 +438,8 @@ def _append_in_process(
     through the warm server that holds it. `check`: first, every view must equal its `table`
     twin (`differing_views`, the warm phase's check between steps; through the server it also
     gives the server's JVM what the warm phase's check gives its JVM: each view's table read
-    since its last commit, which makes the next write to it about 3 s a step cheaper here)."""
+    since its last commit, which makes the next write to it about 3 s a step cheaper here).
+    With `rows` 0 it only checks."""
     if through_server:
         session = (
             "from dbt.adapters.streamsql import warm_server as w\n"
