@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -161,6 +162,66 @@ def test_two_processes_at_once_share_the_server(project):
         assert process.returncode == 0, out[-4000:]
         assert STARTING not in out
     assert warm_server.ServerState.read(paths).pid == pid
+
+
+WRITER = """
+import sys, threading, time
+from pyspark.sql.connect.session import SparkSession
+spark = SparkSession.builder.remote(sys.argv[1]).create()
+spark.sql("CREATE TABLE IF NOT EXISTS warm.between_runs (id BIGINT) USING delta")
+print("created", flush=True)
+sys.stdin.readline()
+# A statement that stays on the server for 14 s, and a commit to the table 3 s into it.
+sleeping = threading.Thread(target=lambda: spark.sql(
+    "select reflect('java.lang.Thread', 'sleep', cast(14000 as bigint))").collect())
+sleeping.start()
+time.sleep(3)
+spark.sql("INSERT INTO warm.between_runs VALUES (1)")
+print("inserted", flush=True)
+sleeping.join()
+spark.stop()
+"""
+
+
+def test_between_runs_the_server_reads_changed_tables_never_beside_a_statement(project):
+    _, paths = project
+    state = warm_server.ServerState.read(paths)
+    url = warm_server.connect_url("localhost", state.port, warm_server.read_token(paths), False)
+
+    def reads_of_the_table(since: int) -> List[str]:
+        with open(paths.log) as log:
+            log.seek(since)
+            return [
+                line
+                for line in log.read().splitlines()
+                if " changed tables in " in line and "between_runs" in line
+            ]
+
+    assert "between runs, tables that changed are read again" in open(paths.log).read()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        mark = os.path.getsize(paths.log)
+        assert writer.stdout.readline().strip() == "created"
+        # A new table, nothing on the server: read within seconds.
+        wait_for(lambda: reads_of_the_table(mark), 60, "the server read the new table")
+        mark = os.path.getsize(paths.log)
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "inserted"
+        # Committed to while another statement runs: not read beside it (an idle server
+        # would have read it within 2-3 s, as above) ...
+        time.sleep(5)
+        assert reads_of_the_table(mark) == []
+        # ... but once the statement has ended.
+        assert writer.wait(timeout=120) == 0
+        wait_for(lambda: reads_of_the_table(mark), 60, "the server read the table after")
+    finally:
+        writer.kill()
 
 
 def test_a_killed_server_is_replaced_with_a_line_saying_so(project):

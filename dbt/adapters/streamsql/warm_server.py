@@ -19,6 +19,9 @@ Files, all under the warehouse directory:
   the server stops itself after `idle_timeout` seconds without a touch and without a running job.
 - `.streamsql-server/start.lock`: taken while a process checks, starts or replaces the server.
 - `logs/spark-connect-server.log`: the server's output.
+
+Between runs the server reads the tables whose Delta log changed, so that the next run finds
+their new versions loaded (table_warmer.py).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from filelock import FileLock, Timeout
 from dbt.adapters.streamsql.__version__ import version as ADAPTER_VERSION
 from dbt.adapters.streamsql.embedded_spark import SessionSettings, output_tail
 from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
+from dbt.adapters.streamsql.table_warmer import report_warming, server_warmer
 
 logger = AdapterLogger("StreamSQL")
 
@@ -507,11 +511,13 @@ def serve(config_path: str) -> int:
         f"(Delta log store for file: tables: {store})",
         flush=True,
     )
+    warmer, said = server_warmer(spark, stopping)
+    print(f"{time.strftime('%H:%M:%S')} {said}", flush=True)
     tracker = spark.sparkContext.statusTracker()
     jvm_process = getattr(spark.sparkContext._gateway, "proc", None)
     jvm_ended: Optional[int] = None
     try:
-        while not stopping.wait(2):
+        while not stopping.wait(1):
             jvm_ended = jvm_process.poll() if jvm_process is not None else None
             if jvm_ended is not None:
                 break
@@ -519,6 +525,8 @@ def serve(config_path: str) -> int:
             if idle >= state.idle_timeout and not tracker.getActiveJobsIds():
                 print(f"{time.strftime('%H:%M:%S')} unused for {idle:.0f} s: stopping", flush=True)
                 break
+            if warmer is not None:
+                report_warming(*warmer.warm())
     finally:
         # Asked to stop by a client that found the port closed, the JVM may have died since the
         # last look: stopping Spark on a dead JVM would hang until this process is killed.
