@@ -63,13 +63,14 @@ class TableWarmer:
         self._idle = idle
         self._seen = delta_tables(tables_dir)
 
-    def pending(self) -> List[str]:
-        """Tables changed since their last read, the most recently changed first."""
+    def pending(self) -> List[Tuple[str, int]]:
+        """Tables changed since their last read, each with its log's change time as listed, the
+        most recently changed first."""
         now = delta_tables(self.tables_dir)
         for gone in set(self._seen) - set(now):
             del self._seen[gone]
         changed = [(m, p) for p, m in now.items() if self._seen.get(p) != m]
-        return [path for _, path in sorted(changed, reverse=True)]
+        return [(path, changed) for changed, path in sorted(changed, reverse=True)]
 
     def warm(self) -> Tuple[List[str], List[Tuple[str, str]], float]:
         """One pass: the tables read, those that failed (path, first line of the error), and
@@ -77,24 +78,20 @@ class TableWarmer:
         started = time.monotonic()
         read: List[str] = []
         failed: List[Tuple[str, str]] = []
-        for path in self.pending():
+        for path, changed in self.pending():
             try:
                 if not self._idle():
                     break
             except Exception:  # the JVM is gone: the server's loop finds that out and stops
                 break
             try:
-                changed = os.stat(os.path.join(path, DELTA_LOG)).st_mtime_ns
-            except OSError:  # dropped since the listing
-                continue
-            try:
                 self._read(path)
                 read.append(path)
-            except Exception as error:
+            except Exception as error:  # not named if dropped since the listing
                 if os.path.isdir(os.path.join(path, DELTA_LOG)):
                     said = str(error).strip().splitlines()
                     failed.append((path, said[0][:200] if said else type(error).__name__))
-            # as of before the read: a commit during it is read in the next pass
+            # as listed, before the read: a commit since is read in the next pass
             self._seen[path] = changed
         return read, failed, time.monotonic() - started
 
@@ -152,8 +149,9 @@ class ConnectActivity:
             if holder.isExecuteThreadRunnerAlive():
                 return 0.0
             listed.append(holder.executeKey().toString())
-        if tuple(sorted(listed)) != self._listed:
-            self._listed, self._listed_since = tuple(sorted(listed)), time.monotonic()
+        keys = tuple(sorted(listed))
+        if keys != self._listed:
+            self._listed, self._listed_since = keys, time.monotonic()
         return time.monotonic() - self._listed_since
 
 
