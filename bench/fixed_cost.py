@@ -1,19 +1,20 @@
 """The fixed cost of a step: what a `dbt run` costs per model when almost nothing changed.
 
 A project of 16 incremental views (projections and filters, GROUP BYs, joins, chains) over two
-small sources. In one warm process (dbt in-process through `dbtRunner`, one JVM):
+small sources. First the sources and the first build, in a process of their own; a copy of the
+warehouse it leaves is where both the warm process's steps and the warm server's start. In one
+warm process (dbt in-process through `dbtRunner`, one JVM):
 
-1. the first build;
-2. `--warmup-steps` steps, timed and reported apart, then `--steps` measured steps: a few dozen
+1. `--warmup-steps` steps, timed and reported apart, then `--steps` measured steps: a few dozen
    rows appended to `events` (every model changes), then `dbt run` of the views and a `dbt run`
    of their `table` twins (the same queries rebuilt from scratch, the floor a view's step is
    measured against), taking turns going first; after each step every view must equal its
    twin. A JVM's statements get faster over its first steps as it compiles its hot code (the
    in-process step went 31, 25, 23, 21, 22 s here); the warm server's measured runs follow
-   `--server-warmup` steps of its own, so both are measured after warm-up steps (the in-process
-   JVM also ran the first build, and a server may still be getting faster after 3: its steps
-   levelled off after about 5 here);
-3. `--floor-runs` runs with no new rows (no model is a step).
+   `--server-warmup` steps of its own, so both are measured after warm-up steps, and with the
+   same number of them both meet the same tables, files and rows (a server may still be
+   getting faster after 3: its steps levelled off after about 5 here);
+2. `--floor-runs` runs with no new rows (no model is a step).
 
 Then `--cold-runs` separate `dbt run` processes (a cron job's run), once with no new rows and
 once after an append, timed from the process's start, with the part before the first model
@@ -104,6 +105,7 @@ MODELS: Dict[str, tuple] = {
     "c_of_group": ("chain", "select k, top from {{ ref('g_max') }} where top > 90"),
 }
 HISTORY_ROWS = 100_000
+START = "warehouse-at-first-step"  # a copy of the warehouse as the first build left it
 BREAKDOWN = ("p_all", "g_count")  # models whose step is shown statement by statement
 
 
@@ -214,8 +216,9 @@ def _log_time(text: str, pattern: str) -> Any:
     return None
 
 
-def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
-    """The first build, the steps and the no-change runs in this process (one JVM)."""
+def build_phase(args: Any, work: Path) -> Dict[str, Any]:
+    """The project, its sources and the first build of the views and their twins, in this
+    process; the steps of both phases start from the warehouse it leaves."""
     # --spark-conf: the profile's server_side_parameters, for every session of the run
     target = write_project_skeleton(
         work,
@@ -227,16 +230,31 @@ def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
     )
     write_models(work, args.view_config)
     spark = start_session(target)
-    info = machine_info(spark)
     create_sources(spark)
+    dbt = Dbt(work)
+    started = time.monotonic()
+    dbt.run(list(MODELS))
+    first_build = time.monotonic() - started
+    print(f"first build in {first_build:.1f} s", flush=True)
+    dbt.run([f"{TWIN}{name}" for name in MODELS])
+    spark.stop()
+    return {"first_build_s": first_build}
+
+
+def restore_start(work: Path) -> None:
+    """The warehouse as the first build left it (no process may hold it)."""
+    shutil.rmtree(work / "warehouse")
+    shutil.copytree(work / START, work / "warehouse")
+
+
+def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
+    """The steps and the no-change runs in this process (one JVM), from the first build on."""
+    target = yaml.safe_load((work / "profiles.yml").read_text())["fixed_cost"]["outputs"]["local"]
+    spark = start_session(target)
+    info = machine_info(spark)
     dbt = Dbt(work)
     names = list(MODELS)
     twins = [f"{TWIN}{name}" for name in names]
-    started = time.monotonic()
-    dbt.run(names)
-    first_build = time.monotonic() - started
-    print(f"first build in {first_build:.1f} s", flush=True)
-    dbt.run(twins)
 
     next_id = HISTORY_ROWS
     steps: List[Dict[str, NodeRun]] = []
@@ -288,7 +306,6 @@ def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
     return {
         "machine": info,
         "next_id": next_id,
-        "first_build_s": first_build,
         "warmup_walls_s": warmup_walls,
         "step_by_kind_s": by_kind(steps),
         "no_change_by_kind_s": by_kind(floors),
@@ -356,24 +373,32 @@ def main(argv: Any = None) -> int:
         help="seconds the warm server is left idle before each of its steps, after the rows are "
         "appended (cron runs steps minutes apart; the server reads the changed tables then)",
     )
-    parser.add_argument("--warm-json", help=argparse.SUPPRESS)  # internal: run the warm phase only
+    # internal: run one phase (build or warm) in this process, its results to a json file
+    parser.add_argument("--phase", nargs=2, metavar=("NAME", "JSON"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     work = Path(args.work_dir)
-    if args.warm_json:
-        Path(args.warm_json).write_text(json.dumps(warm_phase(args, work), default=str))
+    if args.phase:
+        name, path = args.phase
+        phase = build_phase if name == "build" else warm_phase
+        Path(path).write_text(json.dumps(phase(args, work), default=str))
         return 0
     shutil.rmtree(work, ignore_errors=True)
-    # The warm phase runs in a process of its own: its JVM holds the embedded Derby metastore
-    # until it exits, and the cold `dbt run` processes below need it.
-    warm_json = work.parent / f"{work.name}-warm.json"
+    # Each phase runs in a process of its own: its JVM holds the embedded Derby metastore until
+    # it exits, and the copy of the warehouse and the `dbt run` processes below need it free.
     forwarded = sys.argv[1:] if argv is None else list(argv)
-    subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), *forwarded, "--warm-json", str(warm_json)],
-        check=True,
-    )
-    warm = json.loads(warm_json.read_text())
-    warm_json.unlink()
+    warm: Dict[str, Any] = {}
+    for phase in ("build", "warm"):
+        phase_json = work.parent / f"{work.name}-{phase}.json"
+        subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), *forwarded]
+            + ["--phase", phase, str(phase_json)],
+            check=True,
+        )
+        warm.update(json.loads(phase_json.read_text()))
+        phase_json.unlink()
+        if phase == "build":  # the warehouse as both phases' steps find it
+            shutil.copytree(work / "warehouse", work / START)
 
     next_id = warm.pop("next_id")
     profiles = yaml.safe_load((work / "profiles.yml").read_text())
@@ -386,6 +411,12 @@ def main(argv: Any = None) -> int:
     for target, mode in (("local", "in process"), ("server", "warm server")):
         server = target == "server"
         if server:
+            # The server's steps start from the warehouse the warm phase's steps started from,
+            # with the same rows appended in the same order: its measured steps meet the same
+            # tables, files and rows as the warm process's (otherwise they would come after all
+            # of the warm and in-process steps, on tables with more small files each).
+            restore_start(work)
+            next_id = HISTORY_ROWS
             started = time.time()
             dbt_process(work, target, *explain)
             cold[f"{mode}: the server's first start (a run-operation)"] = [
@@ -431,6 +462,9 @@ def main(argv: Any = None) -> int:
         "started": datetime.now(timezone.utc).isoformat(),
         "models": {name: kind for name, (kind, _) in MODELS.items()},
         "server_pause": args.server_pause,
+        # both phases' steps start from the first build; measured after this many steps each
+        "warmup_steps": args.warmup_steps,
+        "server_warmup": args.server_warmup,
         **warm,
         "cold": cold,
     }
@@ -622,8 +656,13 @@ def report(results: Dict[str, Any]) -> str:
         "",
         "Each row is one process. `in process`: Spark starts inside it (`keep_warm: false`); "
         "`warm server`: it connects to the warehouse's warm server (the default), started by the "
-        "first command of the phase. The server's first steps are timed apart; the warm "
-        "server's other rows come after them, as the runs of a pipeline's long-lived server do. "
+        "first command of the phase. The in-process rows come after the warm phase's steps. "
+        "The warm server starts from a copy of the warehouse as the first build left it, where "
+        "the warm phase's steps started, and its steps append the same rows in the same order: "
+        f"its measured steps (after {results.get('server_warmup', '?')} steps of its own) meet "
+        "the same tables, files and rows as the warm process's measured steps (after "
+        f"{results.get('warmup_steps', '?')}). The server's first steps are timed apart; its "
+        "other rows come after them, as the runs of a pipeline's long-lived server do. "
         "As in the warm process, the `table` twins are rebuilt after each of the server's steps "
         "and every view is compared with its twin before the next one (through the server): "
         "those reads load each view's new snapshot in the server's JVM, as the warm phase's "
