@@ -39,7 +39,7 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -212,7 +212,9 @@ def _log_time(text: str, pattern: str) -> Any:
                     second=int(match.group(3)),
                     microsecond=int(match.group(4)[:6].ljust(6, "0")),
                 )
-                return clock.timestamp()
+                # the line was written before now: a clock time after it is yesterday's (a
+                # run across midnight)
+                return (clock - timedelta(days=1) if clock > now else clock).timestamp()
     return None
 
 
