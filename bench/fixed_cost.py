@@ -554,8 +554,8 @@ def cold_summary(results: Dict[str, Any]) -> List[str]:
         if warm_step and 0 < len(plain) < len(runs):
             lines.append(
                 f"{mode.capitalize()}: {len(runs) - len(plain)} of the {len(runs)} steps also "
-                f"compacted tables (every 10th step's check, due once over 25 files; the warm "
-                f"phase's step at the same point does too); the others {fmt(median(plain))} s, "
+                f"compacted tables (every 10th step's check, due once over 25 files); the "
+                f"others {fmt(median(plain))} s, "
                 f"{fmt(median(plain) / median(warm_step))}x the warm in-process step."
             )
     first = cold.get("warm server: step, the server's first steps")
