@@ -18,8 +18,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
-
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 
@@ -280,11 +278,22 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
         "spark.driver.memory": conf.get("spark.driver.memory"),
         "spark.sql.shuffle.partitions": spark.conf.get("spark.sql.shuffle.partitions"),
         # which store lists a file: table's Delta log (the adapter's unless a setting says so)
-        "delta log store": conf.get(LOG_STORE_SETTING, "io.delta.storage.LocalLogStore"),
+        "delta log store": conf.get(log_store_setting(), "io.delta.storage.LocalLogStore"),
         "git_head": git("rev-parse", "--short", "HEAD"),
         "git_dirty": git("status", "--short", "--untracked-files=no", "--", "dbt"),
         "load_average_at_start": os.getloadavg(),
     }
+
+
+def log_store_setting() -> str:
+    """The Spark setting that names a file: table's log store, from the adapter in use.
+
+    Imported when asked, not with this module: `--adapter-rev` must take effect before the
+    adapter's first import.
+    """
+    from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
+
+    return LOG_STORE_SETTING
 
 
 def add_output_arguments(parser: Any, name: str) -> None:
