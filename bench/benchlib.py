@@ -245,6 +245,9 @@ def dbt_tree() -> str:
 def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
     from importlib.metadata import version
 
+    # imported here, not with this module: `--adapter-rev` must act before the adapter's import
+    from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
+
     memory = ""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -278,22 +281,11 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
         "spark.driver.memory": conf.get("spark.driver.memory"),
         "spark.sql.shuffle.partitions": spark.conf.get("spark.sql.shuffle.partitions"),
         # which store lists a file: table's Delta log (the adapter's unless a setting says so)
-        "delta log store": conf.get(log_store_setting(), "io.delta.storage.LocalLogStore"),
+        "delta log store": conf.get(LOG_STORE_SETTING, "io.delta.storage.LocalLogStore"),
         "git_head": git("rev-parse", "--short", "HEAD"),
         "git_dirty": git("status", "--short", "--untracked-files=no", "--", "dbt"),
         "load_average_at_start": os.getloadavg(),
     }
-
-
-def log_store_setting() -> str:
-    """The Spark setting that names a file: table's log store, from the adapter in use.
-
-    Imported when asked, not with this module: `--adapter-rev` must take effect before the
-    adapter's first import.
-    """
-    from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
-
-    return LOG_STORE_SETTING
 
 
 def add_output_arguments(parser: Any, name: str) -> None:
