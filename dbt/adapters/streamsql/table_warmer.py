@@ -69,8 +69,8 @@ class TableWarmer:
         now = delta_tables(self.tables_dir)
         for gone in set(self._seen) - set(now):
             del self._seen[gone]
-        changed = [(m, p) for p, m in now.items() if self._seen.get(p) != m]
-        return [(path, changed) for changed, path in sorted(changed, reverse=True)]
+        stale = [(m, p) for p, m in now.items() if self._seen.get(p) != m]
+        return [(path, changed) for changed, path in sorted(stale, reverse=True)]
 
     def warm(self) -> Tuple[List[str], List[Tuple[str, str]], float]:
         """One pass: the tables read, those that failed (path, first line of the error), and
