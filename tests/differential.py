@@ -30,7 +30,12 @@ def values_clause(rows: Sequence[tuple]) -> str:
 
 
 def normalized(value):
-    """A value in the form two equal results agree on (floats rounded, decimals normalized)."""
+    """A value in the form two equal results agree on (floats rounded, decimals normalized; a
+    map as its entries sorted, arrays and structs as tuples, all of them hashable)."""
+    if isinstance(value, dict):
+        return tuple(sorted(((normalized(k), normalized(v)) for k, v in value.items()), key=repr))
+    if isinstance(value, (list, tuple)):
+        return tuple(normalized(v) for v in value)
     if isinstance(value, float):
         return round(value, 6)
     if isinstance(value, Decimal):

@@ -1069,3 +1069,27 @@ def test_global_top_k_over_a_map_column_stays_a_recompute():
     )
     assert step.strategy == "recompute"
     assert "LIMIT over a MAP<STRING,INT> column (m)" in step.reason
+    # a map inside a struct cannot be ordered either
+    nested = "struct<p:int,q:map<string,int>>"
+    step = plan_step(
+        "select room, s from demo.t order by room limit 3",
+        (InputTable("demo.t", (Column("room", "string"), Column("s", nested))),),
+        [Column("room", "string"), Column("s", nested)],
+    )
+    assert step.strategy == "recompute"
+    assert f"LIMIT over a {nested.upper()} column (s)" in step.reason
+
+
+def test_a_map_group_meets_its_state_by_its_sorted_entries():
+    step = plan_step(
+        "select m, count(*) as n from demo.t group by m",
+        (InputTable("demo.t", (Column("room", "string"), Column("m", "map<string,int>"))),),
+        [Column("m", "map<string,int>"), Column("n", "bigint")],
+    )
+    assert step.strategy == "aggregate", step.reason
+    combine = parse(step.aggregate.combine_sql)
+    (on,) = [join.args["on"] for join in combine.find_all(exp.Join)]
+    assert on.sql("spark") == (
+        "ARRAY_SORT(MAP_ENTRIES(d._streamsql_g0)) IS NOT DISTINCT FROM "
+        "ARRAY_SORT(MAP_ENTRIES(s._streamsql_g0))"
+    )

@@ -34,7 +34,8 @@ Ties. Which of the rows tied on the ORDER BY a LIMIT keeps is Spark's choice; ev
 old result again may choose differently from the step that wrote the model. So the order is
 extended by every output column (ascending, NULLs first): rows that still tie are equal, and
 which of them is kept does not matter. That is one of the answers Spark may give. Output
-columns that cannot be ordered (MAP, VARIANT) leave the query a recompute.
+columns that cannot be ordered (MAP, VARIANT, or an array or struct holding one) leave the
+query a recompute.
 
 What stays a recompute, with a reason: LIMIT without ORDER BY (any k rows), OFFSET, a LIMIT
 that is not a positive integer literal, an ORDER BY on something the query does not select,
@@ -58,13 +59,13 @@ from dbt.adapters.streamsql.planning.plan import (
     KeyBound,
     bound_placeholder,
 )
+from dbt.adapters.streamsql.planning.types import compared_as_is
 
 CONSTRUCT = "global top-k"
 ALIAS = "_streamsql_topk"
 # 1 when the step must evaluate the query over the new inputs, NULL when the model's rows and
 # the change decide the new top-K (bound to `true` / `false` before the change is computed).
 GATE = bound_placeholder("topk", 0)
-_UNORDERABLE = ("map<", "variant")
 # B: the rows ranked after the model's in the query's old result, from the last step's record
 # (an inline SELECT of literals), and whether the model and B were all of it (`true`/`false`).
 BUFFER = "__streamsql_topk_buffer__"
@@ -134,7 +135,7 @@ def split(tree: exp.Query, output_columns: Sequence[Column]) -> Optional[GlobalL
             "LIMIT other than a positive integer literal is not maintained incrementally"
         )
     for column in output_columns:
-        if column.data_type.replace(" ", "").lower().startswith(_UNORDERABLE):
+        if not compared_as_is(column.data_type):  # a map, or an array or struct holding one
             raise RecomputeRequired(
                 f"ORDER BY ... LIMIT over a {column.data_type.upper()} column ({column.name}) "
                 "is not maintained incrementally: its rows cannot be ordered to break ties"

@@ -8,7 +8,8 @@ executor reads with DESCRIBE QUERY, or to recomputing.
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
 
 from sqlglot import exp
 
@@ -173,3 +174,230 @@ def _source_named(select: exp.Select, alias: str) -> Optional[exp.Expression]:
         if candidate.alias_or_name == alias:
             return candidate
     return None
+
+
+# -- comparing values of any type -----------------------------------------------------------------
+#
+# A step matches rows and groups by their values: `<=>` in joins and MERGEs, GROUP BY to net a
+# change. Spark compares neither maps nor VARIANT that way (nor arrays or structs holding one),
+# so such a value is compared by a form of it Spark can compare, equal for two values exactly
+# when the values are equal (`comparable`).
+
+
+@dataclass(frozen=True)
+class SparkType:
+    """A Spark type as `DESCRIBE` prints it, taken apart (`parse_type`)."""
+
+    # "map", "array", "struct", or an atomic type as printed, in lower case ("decimal(10,2)")
+    name: str
+    # a map's key and value types, an array's element type, a struct's field types
+    children: Tuple["SparkType", ...] = ()
+    fields: Tuple[str, ...] = ()  # a struct's field names, as printed
+
+
+class UncomparableType(ValueError):
+    """A type (or a part of it) that Spark cannot compare and that has no comparable form."""
+
+    def __init__(self, data_type: str, part: str):
+        super().__init__(f"{data_type} holds {part}, which Spark cannot compare")
+        self.data_type, self.part = data_type, part
+
+
+# Atomic types Spark compares with `<=>` (by their first word). "interval" alone is the legacy
+# CALENDAR INTERVAL, which it does not; ANSI intervals ("interval day to second") it does.
+_COMPARED_ATOMS = {
+    "boolean", "tinyint", "byte", "smallint", "short", "int", "integer", "bigint", "long",
+    "float", "real", "double", "decimal", "dec", "numeric", "string", "char", "varchar",
+    "binary", "date", "timestamp", "timestamp_ntz", "timestamp_ltz", "time", "void",
+}  # fmt: skip
+_ATOM_WORD = re.compile(r"[a-z_]+")
+_FIELD_OPTIONS = re.compile(r"(\s+not\s+null|\s+comment\s+'.*')+$", re.DOTALL)
+
+
+def parse_type(data_type: str) -> SparkType:
+    """`data_type` (as DESCRIBE prints it: `map<string,array<struct<a:int,b:map<string,int>>>>`)
+    taken apart. Struct field names are read as printed (up to the `:`), or between backticks.
+
+    Raises:
+        ValueError: the text is not a type.
+    """
+    parsed, end = _parse_type(data_type, 0)
+    if data_type[end:].strip():
+        raise ValueError(f"unexpected {data_type[end:]!r} after the type in {data_type!r}")
+    return parsed
+
+
+def _parse_type(text: str, at: int) -> Tuple[SparkType, int]:
+    at = _skip_spaces(text, at)
+    lowered = text.lower()
+    for name in ("map", "array", "struct"):
+        opening = _skip_spaces(text, at + len(name))
+        if lowered.startswith(name, at) and text[opening : opening + 1] == "<":
+            at = opening + 1
+            if name == "struct":
+                return _parse_struct(text, at)
+            children = []
+            while True:
+                child, at = _parse_type(text, at)
+                children.append(child)
+                at = _skip_spaces(text, at)
+                if text[at : at + 1] == ",":
+                    at += 1
+                    continue
+                return SparkType(name, tuple(children)), _expect(text, at, ">")
+    # an atomic type: up to the next `,` or `>` outside parentheses and quotes
+    depth, quoted, start = 0, False, at
+    while at < len(text) and (depth or quoted or text[at] not in ",>"):
+        if text[at] == "'":
+            quoted = not quoted
+        elif not quoted:
+            depth += {"(": 1, ")": -1}.get(text[at], 0)
+        at += 1
+    # what DDL may add to a struct's field (NOT NULL, COMMENT '...') says nothing of its values
+    atom = _FIELD_OPTIONS.sub("", text[start:at].strip().lower())
+    if not atom or depth:
+        raise ValueError(f"no type at position {start} of {text!r}")
+    return SparkType(atom), at
+
+
+def _parse_struct(text: str, at: int) -> Tuple[SparkType, int]:
+    names: List[str] = []
+    children: List[SparkType] = []
+    at = _skip_spaces(text, at)
+    while text[at : at + 1] != ">":
+        if text[at : at + 1] == "`":
+            close = at + 1
+            while True:
+                close = text.index("`", close)
+                if text[close + 1 : close + 2] != "`":
+                    break
+                close += 2
+            name, at = text[at + 1 : close].replace("``", "`"), close + 1
+            at = _expect(text, _skip_spaces(text, at), ":")
+        else:
+            colon = text.find(":", at)
+            if colon < 0:
+                raise ValueError(f"a struct field without a type in {text!r}")
+            name, at = text[at:colon].strip(), colon + 1
+        child, at = _parse_type(text, at)
+        at = _skip_field_options(text, at)
+        names.append(name)
+        children.append(child)
+        at = _skip_spaces(text, at)
+        if text[at : at + 1] == ",":
+            at = _skip_spaces(text, at + 1)
+        elif text[at : at + 1] != ">":
+            raise ValueError(f"expected ',' or '>' at position {at} of {text!r}")
+    return SparkType("struct", tuple(children), tuple(names)), at + 1
+
+
+def _skip_field_options(text: str, at: int) -> int:
+    """Past a field's NOT NULL and COMMENT '...' after a map, array or struct type."""
+    quoted = False
+    while at < len(text) and (quoted or text[at] not in ",>"):
+        if text[at] == "'":
+            quoted = not quoted
+        at += 1
+    return at
+
+
+def _skip_spaces(text: str, at: int) -> int:
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at
+
+
+def _expect(text: str, at: int, char: str) -> int:
+    if text[at : at + 1] != char:
+        raise ValueError(f"expected {char!r} at position {at} of {text!r}")
+    return at + 1
+
+
+def compared_as_is(data_type: str) -> bool:
+    """Whether Spark compares values of `data_type` as they are (`<=>`, EXCEPT, DISTINCT);
+    True for an unknown type ("") or text `parse_type` cannot read, which nothing here can
+    compare better than Spark does."""
+    if not data_type:
+        return True
+    try:
+        return _as_is(parse_type(data_type))
+    except ValueError:
+        return True
+
+
+def _as_is(spark_type: SparkType) -> bool:
+    if spark_type.name in ("map", "array", "struct"):
+        return spark_type.name != "map" and all(_as_is(c) for c in spark_type.children)
+    return _atom_compared(spark_type.name)
+
+
+def _atom_compared(atom: str) -> bool:
+    word = _ATOM_WORD.match(atom)
+    if word is None:
+        return False
+    if word.group(0) == "interval":
+        return atom != "interval"  # the legacy CALENDAR INTERVAL has no order
+    return word.group(0) in _COMPARED_ATOMS
+
+
+def comparable(value: str, data_type: str) -> str:
+    """SQL for a form of `value` (SQL of type `data_type`) that Spark compares with `<=>`,
+    GROUP BY, DISTINCT and EXCEPT, equal for two values exactly when they are equal: `value`
+    itself where Spark compares the type already (or the type is unknown, "").
+
+    A map is the array of its entries, sorted, so that two maps with the same entries are equal
+    in whatever order they were built; an array of such values is compared element by element,
+    a struct field by field (NULL stays NULL); a VARIANT by its JSON text (objects' fields in
+    order of name), two VARIANTs equal when their JSON is.
+
+    Raises:
+        UncomparableType: a part of the type has no comparable form (GEOMETRY, CALENDAR
+            INTERVAL, a type this function does not know).
+    """
+    if compared_as_is(data_type):
+        return value
+    return _comparable(value, parse_type(data_type), data_type, 0)
+
+
+def _comparable(value: str, spark_type: SparkType, data_type: str, depth: int) -> str:
+    if _as_is(spark_type):
+        return value
+    name, children = spark_type.name, spark_type.children
+    # lambda variables are named by depth: an inner lambda's never hides an outer one's
+    element = f"_streamsql_e{depth}"
+    if name == "map":
+        key, item = (
+            _comparable(f"{element}.{part}", child, data_type, depth + 1)
+            for part, child in zip(("key", "value"), children)
+        )
+        entries = f"map_entries({value})"
+        if not all(_as_is(c) for c in children):
+            entries = (
+                f"transform({entries}, {element} -> named_struct('key', {key}, 'value', {item}))"
+            )
+        return f"array_sort({entries})"
+    if name == "array":
+        inner = _comparable(element, children[0], data_type, depth + 1)
+        return f"transform({value}, {element} -> {inner})"
+    if name == "struct":
+        fields = ", ".join(
+            f"'f{i}', {_comparable(f'{value}.{_quote(field)}', child, data_type, depth)}"
+            for i, (field, child) in enumerate(zip(spark_type.fields, children))
+        )
+        return f"if({value} IS NULL, NULL, named_struct({fields}))"
+    if name == "variant":
+        return f"to_json({value})"
+    raise UncomparableType(data_type, name)
+
+
+def uncomparable_part(data_type: str) -> Optional[str]:
+    """The part of `data_type` that has no comparable form (`comparable`), or None."""
+    try:
+        comparable("v", data_type)
+    except UncomparableType as error:
+        return error.part
+    return None
+
+
+def _quote(identifier: str) -> str:
+    return "`" + identifier.replace("`", "``") + "`"

@@ -8,6 +8,8 @@ from typing import List, Sequence, Tuple
 from dbt.adapters.streamsql.execution.engine.statements import (
     COPIES,
     column_list,
+    grouped_columns,
+    grouping,
     null_safe_match,
     quote,
     row_copies,
@@ -41,13 +43,13 @@ def merge_change(
     satisfies, e.g. `t.ts >= <waterline>`: Delta then skips files that lie wholly outside them.
     """
     cols = column_list(columns)
-    net_cols = column_list(columns, "n.")
     bounds = "".join(f" AND {bound}" for bound in target_bounds)
     annotated = (
-        f"SELECT {net_cols}, n.{WEIGHT}, CAST(COUNT(t.{PRESENT}) AS BIGINT) AS {EXISTING} "
+        f"SELECT {grouped_columns(columns, 'n')}, n.{WEIGHT}, "
+        f"CAST(COUNT(t.{PRESENT}) AS BIGINT) AS {EXISTING} "
         f"FROM {net_view} n LEFT JOIN (SELECT *, 1 AS {PRESENT} FROM {target}) t "
         f"ON n.{WEIGHT} < 0 AND {null_safe_match(columns, 't', 'n')}{bounds} "
-        f"GROUP BY {net_cols}, n.{WEIGHT}"
+        f"GROUP BY {grouping(columns, 'n')}, n.{WEIGHT}"
     )
     first = f"CASE WHEN {WEIGHT} < 0 THEN 0 ELSE 1 END"
     last = f"CASE WHEN {WEIGHT} < 0 THEN greatest({EXISTING} + {WEIGHT}, 0) ELSE {WEIGHT} END"
@@ -109,11 +111,11 @@ def new_row(columns: Sequence[Column], keys: Sequence[Column]) -> str:
 def by_key_source(net_view: str, keys: Sequence[Column], values: Sequence[Column]) -> str:
     """Per key of a change to a table holding one row per key: its new row's values (`ROW`,
     a struct) and whether a row stays (`KEEP`)."""
-    grouping = f" GROUP BY {column_list(keys)}" if keys else ""
+    groups = f" GROUP BY {grouping(keys)}" if keys else ""
     chosen = f"max_by(struct({column_list(values)}), {WEIGHT}) AS {ROW}, " if values else ""
     return (
-        f"SELECT {column_list(keys) + ', ' if keys else ''}{chosen}"
-        f"MAX({WEIGHT}) > 0 AS {KEEP} FROM {net_view}{grouping}"
+        f"SELECT {grouped_columns(keys) + ', ' if keys else ''}{chosen}"
+        f"MAX({WEIGHT}) > 0 AS {KEEP} FROM {net_view}{groups}"
     )
 
 

@@ -10,6 +10,7 @@ import re
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from dbt.adapters.streamsql.planning.plan import COUNT, GROUP_ALIAS, WEIGHT, Column, KeyBound
+from dbt.adapters.streamsql.planning.types import comparable, compared_as_is, uncomparable_part
 
 COPIES = "_streamsql_copies"
 PLACEHOLDER = re.compile(r"`?(?<![A-Za-z0-9_])(__streamsql_[a-z0-9_]+?__)(?![A-Za-z0-9_])`?")
@@ -23,11 +24,42 @@ def column_list(columns: Sequence[Column], prefix: str = "") -> str:
     return ", ".join(f"{prefix}{quote(c.name)}" for c in columns)
 
 
+def compared(column: Column, relation: str = "") -> str:
+    """The column (of the rows aliased `relation`) as rows are matched and grouped by it: the
+    column itself, or for a map (or a type holding one) a form Spark compares (`comparable`)."""
+    name = f"{relation}.{quote(column.name)}" if relation else quote(column.name)
+    if not matchable([column]):
+        return name  # Spark refuses it then (the model's own columns are checked before)
+    return comparable(name, column.data_type)
+
+
+def matchable(columns: Sequence[Column]) -> bool:
+    """Whether rows can be matched and grouped by these columns (`compared`): no GEOMETRY,
+    no CALENDAR INTERVAL (recovery/schema.py refuses them in a model)."""
+    return all(uncomparable_part(c.data_type) is None for c in columns)
+
+
 def null_safe_match(columns: Sequence[Column], left: str, right: str) -> str:
     """`left.a <=> right.a AND ...`; `true` for no columns (a global aggregate's one group)."""
     if not columns:
         return "true"
-    return " AND ".join(f"{left}.{quote(c.name)} <=> {right}.{quote(c.name)}" for c in columns)
+    return " AND ".join(f"{compared(c, left)} <=> {compared(c, right)}" for c in columns)
+
+
+def grouping(columns: Sequence[Column], relation: str = "") -> str:
+    """What to GROUP BY to group rows by `columns` (the GROUP BY list of `grouped_columns`)."""
+    return ", ".join(compared(c, relation) for c in columns)
+
+
+def grouped_columns(columns: Sequence[Column], relation: str = "") -> str:
+    """`columns` (of rows aliased `relation`) in a SELECT grouped by `grouping`: each column,
+    or where the group is of a comparable form of it, one of its group's values (all equal)."""
+    found = []
+    for column in columns:
+        name = f"{relation}.{quote(column.name)}" if relation else quote(column.name)
+        as_is = compared(column, relation) == name
+        found.append(name if as_is else f"any_value({name}) AS {quote(column.name)}")
+    return ", ".join(found)
 
 
 def bind_placeholders(sql: str, views: Mapping[str, str]) -> str:
@@ -216,16 +248,16 @@ def range_predicates(
 
 
 def groupable(columns: Sequence[Column]) -> bool:
-    """Whether Spark can GROUP BY these columns (not a map or a variant, nor one nested)."""
-    return not any(re.search(r"\b(map|variant)\b", c.data_type.lower()) for c in columns)
+    """Whether Spark compares these columns as they are, in EXCEPT ALL too (no map or variant,
+    nor one nested: those are grouped and matched by a comparable form, `compared`)."""
+    return all(compared_as_is(c.data_type) for c in columns)
 
 
 def consolidate(change_view: str, columns: Sequence[Column]) -> str:
     """Net weight per distinct row; rows whose changes cancel out disappear."""
-    cols = column_list(columns)
     return (
-        f"SELECT {cols}, SUM({WEIGHT}) AS {WEIGHT} FROM {change_view} "
-        f"GROUP BY {cols} HAVING SUM({WEIGHT}) <> 0"
+        f"SELECT {grouped_columns(columns)}, SUM({WEIGHT}) AS {WEIGHT} FROM {change_view} "
+        f"GROUP BY {grouping(columns)} HAVING SUM({WEIGHT}) <> 0"
     )
 
 
@@ -352,7 +384,7 @@ def latest_state(
     columns are `state_columns`, in order. Predicates on the group columns above this pass
     through the aggregation to the table's scan, so Delta can still skip files by them.
     """
-    groups = column_list(group_columns)
+    groups = grouped_columns(group_columns)
     values = [c for c in state_columns if c not in group_columns]
     latest = f"max_by(struct({column_list(values)}), {STEP}) AS _streamsql_latest"
     projection = ", ".join(
@@ -363,7 +395,7 @@ def latest_state(
     )
     grouped = f"SELECT {groups + ', ' if groups else ''}{latest} FROM ({table_as_of})"
     if groups:
-        grouped += f" GROUP BY {groups}"
+        grouped += f" GROUP BY {grouping(group_columns)}"
     return f"SELECT {projection} FROM ({grouped}) WHERE _streamsql_latest.{COUNT} > 0"
 
 

@@ -253,7 +253,7 @@ def bind_inputs(
         else:
             change_sql = sql.input_changes(item.table.name, cols, before, now)
             read = f"the changes of {name} versions {before + 1}..{now}"
-        if (change.replaced or change.rewritten) and sql.groupable(cols):
+        if (change.replaced or change.rewritten) and sql.matchable(cols):
             # a replacement's or an overwrite's feed is every row out and in again: netted,
             # the rows that differ, one row per copy
             change_sql = sql.netted_rows(f"({change_sql})", cols)

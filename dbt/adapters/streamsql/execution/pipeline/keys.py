@@ -87,17 +87,21 @@ def check_unique(
         return
     wanted = {name.lower() for name in key}
     keys = [c for c in columns if c.name.lower() in wanted]
-    cols = sql.column_list(keys)
-    touched = f"(SELECT DISTINCT {cols} FROM {change.relation})"
+    cols, groups = sql.grouped_columns(keys), sql.grouping(keys)
+    if sql.groupable(keys):
+        touched = f"(SELECT DISTINCT {cols} FROM {change.relation})"
+    else:  # Spark has no DISTINCT of a map
+        touched = f"(SELECT {cols} FROM {change.relation} GROUP BY {groups})"
     counted = (
         f"SELECT {sql.column_list(keys, 't.')}, CAST(1 AS BIGINT) AS n "
         f"FROM {ctx.model.target} t LEFT SEMI JOIN {touched} c "
         f"ON {sql.null_safe_match(keys, 't', 'c')} "
-        f"UNION ALL SELECT {cols}, {WEIGHT} AS n FROM {change.relation}"
+        f"UNION ALL SELECT {sql.column_list(keys)}, {WEIGHT} AS n FROM {change.relation}"
     )
     with ctx.role("unique_key: would a key have two rows after the step?"):
         rows = ctx.session.query(
-            f"SELECT {cols}, SUM(n) AS n FROM ({counted}) GROUP BY {cols} HAVING SUM(n) > 1 LIMIT 1"
+            f"SELECT {cols}, SUM(n) AS n FROM ({counted}) GROUP BY {groups} "
+            "HAVING SUM(n) > 1 LIMIT 1"
         )
     if rows:
         row = rows[0]

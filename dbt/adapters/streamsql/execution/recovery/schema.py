@@ -37,6 +37,7 @@ from dbt.adapters.streamsql.execution.engine.delta_log import Commit
 from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
+from dbt.adapters.streamsql.planning.types import uncomparable_part
 
 COLUMN_MAPPING = "delta.columnMapping.mode"
 
@@ -95,9 +96,11 @@ def check(
     Writes nothing. The step keeps the comparison (`StepState.schema`) for its later phases.
 
     Raises:
-        StepError: a column changed type; on_schema_change 'fail' and the columns changed;
-            'ignore' and the query lost a column.
+        StepError: a column has a type no step can match rows by (`check_types`); a column
+            changed type; on_schema_change 'fail' and the columns changed; 'ignore' and the
+            query lost a column.
     """
+    check_types(ctx.model.name, query)
     if last is None:
         return None
     model = ctx.model
@@ -199,6 +202,31 @@ def describe_altered(change: SchemaChange) -> str:
     if change.removed and change.mode == "sync_all_columns":
         parts.append(f"dropped {names(change.removed)}")
     return f"on_schema_change '{change.mode}' " + " and ".join(parts) if parts else ""
+
+
+def check_types(model: str, columns: Sequence[Column]) -> None:
+    """Refuse a column whose values a step cannot match: every write matches the model's rows
+    by all their columns, which takes a type Spark compares, or one with a comparable form (a
+    map, a VARIANT: planning/types.py, `comparable`).
+
+    Raises:
+        StepError: a column of a type such as GEOMETRY.
+    """
+    for column in columns:
+        part = uncomparable_part(column.data_type)
+        if part is not None:
+            which = (
+                "which Spark cannot compare"
+                if part == column.data_type.strip().lower()
+                else f"whose {part} values Spark cannot compare"
+            )
+            raise StepError(
+                f"Model {model}: column {column.name} is of type {column.data_type}, {which}, "
+                f"and a step matches the model's rows by every column. Convert the column in "
+                f"the model's SELECT to a "
+                f"type Spark compares (e.g. st_asbinary({column.name}) for a geometry, or "
+                f"CAST({column.name} AS STRING)), or leave it out."
+            )
 
 
 def check_state_layout(ctx: StepContext, change: SchemaChange, plan: StepPlan) -> None:

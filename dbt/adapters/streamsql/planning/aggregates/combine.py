@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
+import sqlglot
 from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.aggregates.block import (
@@ -23,9 +24,11 @@ from dbt.adapters.streamsql.planning.aggregates.block import (
 )
 from dbt.adapters.streamsql.planning.aggregates.delta import changes_row
 from dbt.adapters.streamsql.planning.aggregates.expressions import bigint, or_zero, plus
+from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.linear import DeltaBuilder, render_block
 from dbt.adapters.streamsql.planning.plan import COUNT, DIALECT, GROUP_DELTA, STATE
 from dbt.adapters.streamsql.planning.terms import Term
+from dbt.adapters.streamsql.planning.types import UncomparableType, comparable, compared_as_is
 
 
 def combine_sql(builder: DeltaBuilder, query: AggregateQuery, recompute: bool = True) -> exp.Select:
@@ -124,15 +127,28 @@ def shortcut(builder: DeltaBuilder, query: AggregateQuery) -> dict:
 
 
 def group_match(query: AggregateQuery, left: str, right: str) -> exp.Expression:
-    """Relations `left` and `right` hold the same group (NULL-safe on every group column)."""
+    """Relations `left` and `right` hold the same group (NULL-safe on every group column; a
+    map, or a type holding one, by its comparable form)."""
     if not query.groups:
         return exp.true()
     return exp.and_(
         *(
-            exp.NullSafeEQ(this=exp.column(g, table=left), expression=exp.column(g, table=right))
-            for g in query.group_names
+            exp.NullSafeEQ(this=_compared(g, t, left), expression=_compared(g, t, right))
+            for g, t in zip(query.group_names, query.group_types)
         )
     )
+
+
+def _compared(group: str, data_type: str, table: str) -> exp.Expression:
+    column = exp.column(group, table=table)
+    if compared_as_is(data_type):
+        return column
+    try:
+        return sqlglot.parse_one(comparable(column.sql(DIALECT), data_type), read=DIALECT)
+    except UncomparableType as error:
+        raise RecomputeRequired(
+            f"GROUP BY a value of type {error.part} is not maintained incrementally"
+        ) from error
 
 
 def _table(name: str, alias: str) -> exp.Table:
