@@ -142,6 +142,7 @@ def test_a_linear_first_step_creates_the_model_and_appends_the_whole_input():
         == INPUT_AND_MODEL
         + [
             "describe query",  # 2. the model's columns, for the plan
+            "describe query",  # the planner's reading of the query, checked (once per query)
             "set userMetadata",
             "create, not replacing demo.m",
             "reset userMetadata",  # step 0's record

@@ -34,8 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-# The SQL dialect every plan is parsed and rendered in.
-DIALECT = "spark"
+from dbt.adapters.streamsql.planning import dialect
+
+# The SQL dialect every plan is parsed and rendered in: Spark's, read as Spark reads it.
+DIALECT = dialect.NAME
 # How a plan's reason begins when no part of the model is recomputed from scratch.
 FAST_PATH = "fast path: "
 

@@ -56,10 +56,14 @@ from dbt.adapters.streamsql.planning.terms import NEW, at_version
 from dbt.adapters.streamsql.planning.types import TypeOracle
 from dbt.adapters.streamsql.planning.windows import add_tie_breakers, eliminate_qualify
 
-__all__ = ["plan_step", "recompute_plan", "PlanningError", "Describe"]
+__all__ = ["plan_step", "recompute_plan", "PlanningError", "Describe", "MeaningCheck"]
 
 # Given a SELECT over the `new` placeholders of the inputs, its result columns (DESCRIBE QUERY).
 Describe = Callable[[str], Sequence[Column]]
+# Given the model's SQL and the planner's reading of it written back (a SELECT over the `new`
+# placeholders), why Spark would not read the two alike; None when it does (the executor asks
+# Spark: execution/pipeline/meaning.py).
+MeaningCheck = Callable[[str, str], Optional[str]]
 
 _CONSTRUCT_ORDER = (
     "filter",
@@ -85,6 +89,7 @@ def plan_step(
     inputs: Sequence[InputTable],
     output_columns: Sequence[Column],
     describe: Optional[Describe] = None,
+    check_meaning: Optional[MeaningCheck] = None,
 ) -> StepPlan:
     """Plans one step of an incremental view.
 
@@ -95,6 +100,8 @@ def plan_step(
         output_columns: the model's result columns and types, in order (DESCRIBE QUERY).
         describe: tells the result types of a stage's SELECT (the executor asks Spark). Without
             it, stage columns have unknown types and the plan falls back to what needs none.
+        check_meaning: tells whether the planner's reading of the query means what the query
+            does; where it does not, the plan is the recompute (which runs the SQL as written).
 
     Raises:
         PlanningError: the SQL is not one query, or it reads a table that is not an input.
@@ -108,6 +115,10 @@ def plan_step(
         return _recompute(sql, None, inputs, output_columns, str(why))
     try:
         tree = bind_tree(query, inputs)
+        if check_meaning is not None:
+            differs = check_meaning(sql, at_version(tree, NEW).sql(DIALECT))
+            if differs:
+                raise RecomputeRequired(differs)
         return _fast_plan(tree, inputs, output_columns, describe)
     except RecomputeRequired as why:
         return _recompute(sql, query, inputs, output_columns, str(why))

@@ -45,6 +45,7 @@ from sqlglot import exp
 
 from dbt.adapters.streamsql.planning.bounds import conjuncts
 from dbt.adapters.streamsql.planning.calls import contains_aggregate, function_name
+from dbt.adapters.streamsql.planning.plan import DIALECT
 from dbt.adapters.streamsql.planning.types import (
     TypeOracle,
 )
@@ -88,7 +89,7 @@ def is_window_block(node: exp.Expression) -> bool:
 
 def window_name(window: exp.Window) -> str:
     call = window.this
-    return function_name(call) if isinstance(call, exp.Func) else call.sql("spark").lower()
+    return function_name(call) if isinstance(call, exp.Func) else call.sql(DIALECT).lower()
 
 
 def partition_keys(select: exp.Select) -> List[exp.Expression]:
@@ -262,7 +263,7 @@ def eliminate_qualify(tree: exp.Expression) -> exp.Expression:
 
         def lift(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.Window) or (isinstance(node, exp.Column) and node.table):
-                key = node.sql("spark")
+                key = node.sql(DIALECT)
                 if key not in added:
                     prefix = "_streamsql_rank" if isinstance(node, exp.Window) else "_streamsql_q"
                     added[key] = f"{prefix}{len(added)}"

@@ -125,6 +125,9 @@ class StepRecord:
     # whether the model and these rows were all of the query's}. Only the step that works
     # them out keeps them (not carried by `next`): a step that did not leaves none.
     top_k_buffer: Optional[Dict[str, Any]] = None
+    # The digest of the query's texts whose readings Spark found alike, the model's and the
+    # planner's (pipeline/meaning.py): the same texts at the next step need no question.
+    meaning_checked: str = ""
 
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
@@ -151,6 +154,7 @@ class StepRecord:
             cleanups=[list(c) for c in self.cleanups],
             state_dropped_below=dict(self.state_dropped_below),
             stage_dropped_below={k: dict(v) for k, v in self.stage_dropped_below.items()},
+            meaning_checked=self.meaning_checked,
         )
 
     def same_sql(self, sql: str) -> bool:

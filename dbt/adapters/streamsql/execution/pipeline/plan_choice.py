@@ -27,6 +27,7 @@ from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, event_time_rules
 from dbt.adapters.streamsql.execution.pipeline import inputs, keys
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
+from dbt.adapters.streamsql.execution.pipeline.meaning import Meaning
 from dbt.adapters.streamsql.execution.result import human_size
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
@@ -50,10 +51,16 @@ class ModelPlan:
     # None: whole rows.
     key: Optional[Sequence[str]]
     unique: bool  # `key` is the model's unique_key, which every step checks
+    # The digest of the texts whose readings Spark found alike (meaning.py), for the step
+    # record; "" when the planner did not ask or they differ.
+    meaning_checked: str = ""
 
 
-def model_plan(ctx: StepContext, compiled_sql: str, read: Sequence[InputState]) -> ModelPlan:
-    """The model's plan for its query `compiled_sql` over the inputs `read`.
+def model_plan(
+    ctx: StepContext, compiled_sql: str, read: Sequence[InputState], checked: str = ""
+) -> ModelPlan:
+    """The model's plan for its query `compiled_sql` over the inputs `read` (`checked`: the
+    last step record's `meaning_checked`).
 
     Raises:
         StepError: a config the plan cannot obey (LATENESS, WATERMARK, unique_key).
@@ -61,13 +68,16 @@ def model_plan(ctx: StepContext, compiled_sql: str, read: Sequence[InputState]) 
     """
     with ctx.role("the columns of the model's query"):
         output_columns = inputs.describe_query(ctx.session, compiled_sql)
+    describe = inputs.describer(ctx.session, read)
+    meaning = Meaning(ctx, describe, output_columns, checked)
     plan = planned(
         ctx,
         plan_step(
             compiled_sql,
             [i.table for i in read],
             output_columns,
-            inputs.describer(ctx.session, read),
+            describe,
+            meaning,
         ),
         compiled_sql,
         read,
@@ -76,7 +86,9 @@ def model_plan(ctx: StepContext, compiled_sql: str, read: Sequence[InputState]) 
     rules = event_time_rules(ctx, output_columns)
     unique_key = keys.key_columns(ctx, output_columns, rules.columns)
     key = unique_key or keys.merge_key(plan, rules.columns)
-    return ModelPlan(plan, list(output_columns), rules, key, unique=bool(unique_key))
+    return ModelPlan(
+        plan, list(output_columns), rules, key, bool(unique_key), meaning_checked=meaning.alike
+    )
 
 
 def planned(

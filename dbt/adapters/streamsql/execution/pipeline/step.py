@@ -208,7 +208,9 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
 
     # 2. the plan (a config it cannot obey fails here, before anything is written, as do a
     # refused emit_final and a refused schema change); on a first run, the model's tables
-    decided = plan_choice.model_plan(ctx, compiled_sql, read)
+    decided = plan_choice.model_plan(
+        ctx, compiled_sql, read, last.meaning_checked if last is not None else ""
+    )
     plan, rules = decided.plan, decided.rules
     emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)
     compared = schema.check(ctx, last, decided.output_columns, read)
@@ -240,6 +242,7 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
         recover_reason=recover_reason,
     )
     step.record.plan, step.record.reason = name, plan.reason
+    step.record.meaning_checked = decided.meaning_checked
     if ctx.views_read:
         step.result.notes.append(
             f"read the views {', '.join(ctx.views_read)} through their queries"
@@ -357,7 +360,7 @@ def finish_step(
                 inputs.pinned(item, last.input_versions)
                 for item in inputs.describe_inputs(ctx, compiled_sql)
             ]
-            decided = plan_choice.model_plan(ctx, compiled_sql, read)
+            decided = plan_choice.model_plan(ctx, compiled_sql, read, last.meaning_checked)
             compute_step(ctx, step, decided.plan, read, decided.rules)
         write_side_tables(ctx, step.writes, previous, last)
     finally:
