@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 from dbt.adapters.base import BaseRelation, available
@@ -16,8 +16,9 @@ from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
 from dbt.adapters.streamsql.execution import configs
-from dbt.adapters.streamsql.execution.commit import side_tables
+from dbt.adapters.streamsql.execution.commit import history, side_tables
 from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql
+from dbt.adapters.streamsql.execution.engine.delta_log import NotDeltaTable, TableMissing
 from dbt.adapters.streamsql.execution.engine.sql_session import AdapterSqlSession
 from dbt.adapters.streamsql.execution.pipeline.step import (
     ModelSettings,
@@ -26,6 +27,8 @@ from dbt.adapters.streamsql.execution.pipeline.step import (
     flush_step,
     run_step,
 )
+from dbt.adapters.streamsql.planning.binding import pinned_text
+from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
 
 logger = AdapterLogger("StreamSQL")
 
@@ -254,3 +257,29 @@ class StreamSQLAdapter(SparkAdapter):
         with errors_as_dbt_errors():
             model = model_settings(relation, dict(config or {}), full_refresh=False)
             return explain_model(AdapterSqlSession(self), model, compiled_sql)
+
+    @available
+    def streamsql_completed_steps(self, relation: BaseRelation, count: int) -> List[Dict[str, Any]]:
+        """The step records of the incremental view `relation`, newest first, from its last
+        completed step on (`history.completed_steps`: a step whose side-table writes have not
+        all landed is not completed yet), at most `count`: each the record's fields and
+        `model_version`, the model's version to read for what the step left (its commit, and
+        commits without a step record since: `RecordedStep.last_version`). [] when the table is
+        not there, is not a Delta table or holds no step record (the generic tests)."""
+        name = f"{relation.schema}.{relation.identifier}"
+        try:
+            found = history.completed_steps(AdapterSqlSession(self).delta_log(), name, int(count))
+        except (TableMissing, NotDeltaTable):
+            return []
+        return [dict(asdict(step.record), model_version=step.last_version) for step in found]
+
+    @available
+    def streamsql_pinned_query(self, sql: str, input_versions: Mapping[str, int]) -> str:
+        """`sql` with each table of `input_versions` (a step record's) read at its version there
+        (`binding.pinned_text`): the model's query as its step read its inputs."""
+        try:
+            return pinned_text(sql, dict(input_versions or {}))
+        except (PlanningError, RecomputeRequired) as error:
+            raise DbtRuntimeError(
+                f"cannot read the inputs of this query at the versions its last step read: {error}"
+            ) from error

@@ -1,9 +1,11 @@
 """From the model's compiled SQL to a query whose tables are bound to the model's inputs.
 
-Two products:
+Two products, and a third for readers outside a step:
 
 - `bind_text` keeps the user's SQL text as written and only swaps each input reference for a
   placeholder (used by recompute plans: what runs is exactly what the user wrote);
+- `pinned_text` keeps it too and only pins each input reference to a version (the query as of
+  a step, for the generic test `matches_recompute`);
 - `bind_tree` builds the AST the fast paths transform: CTEs inlined as derived tables, every input
   reference renamed to `_streamsql_inputs.i<k>` (keeping the alias the query uses), stars expanded
   and every column qualified with its relation's alias (sqlglot's `qualify`).
@@ -11,7 +13,7 @@ Two products:
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
@@ -124,6 +126,33 @@ def bind_text(
     for start, end, replacement in sorted(set(edits), reverse=True):
         text = text[:start] + replacement + text[end:]
     return text.strip().rstrip(";").rstrip()
+
+
+def pinned_text(sql: str, versions: Mapping[str, int]) -> str:
+    """The user's SQL text with every reference to a table of `versions` (normalized name ->
+    Delta version: a step record's `input_versions`) read at that version (`VERSION AS OF n`
+    after its name, before its alias). Tables not in `versions`, and references that name a
+    version or a time already, are left as written; so is all the rest of the text.
+
+    Raises:
+        RecomputeRequired: sqlglot cannot parse the SQL.
+        PlanningError: the SQL is not one query, or a reference cannot be located in it.
+    """
+    wanted = {name.lower(): int(version) for name, version in versions.items()}
+    edits: List[Tuple[int, str]] = []
+    for table in input_references(parse_query(sql)):
+        parts = [part.name.lower() for part in table.parts]
+        version = wanted.get(".".join(parts[-2:]))
+        if version is None or table.args.get("version") is not None:
+            continue
+        end = table.parts[-1].meta.get("end")
+        if end is None:
+            raise PlanningError(f"cannot locate `{table.sql(DIALECT)}` in the model's SQL")
+        edits.append((end + 1, f" VERSION AS OF {version}"))
+    text = sql
+    for position, pin in sorted(set(edits), reverse=True):
+        text = text[:position] + pin + text[position:]
+    return text
 
 
 def _depth(node: exp.Expression) -> int:

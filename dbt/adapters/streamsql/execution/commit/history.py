@@ -4,16 +4,22 @@ The model's Delta history holds its step records (record.py: one per completed s
 commit's userMetadata). `last_step` reads the last one. Every side-table commit of a step carries
 its record too (transactions.py), which is how `unfinished_side_writes` tells which of a
 completed step's side-table writes a crash left undone; `record_before` finds the record a roll
-forward starts from.
+forward starts from. `completed_steps` is what a reader outside a step (the generic tests) sees:
+the records from the last step whose every write landed, with the model versions they made.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from dbt.adapters.streamsql.execution.commit.record import StepRecord, last_record
+from dbt.adapters.streamsql.execution.commit.record import (
+    CREATING_OPERATIONS,
+    StepRecord,
+    last_record,
+)
 from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.engine.delta_log import Commit
+from dbt.adapters.streamsql.execution.engine.delta_log import Commit, DeltaLogReader
 from dbt.adapters.streamsql.execution.errors import StepError
 
 HISTORY_PAGE = 50  # commits of the model's history read to find its last step record
@@ -56,11 +62,16 @@ def newest_record(ctx: StepContext, table: str) -> Tuple[Optional[StepRecord], L
     Usually the newest commit holds it; after commits by others (OPTIMIZE, a user's ALTER)
     older ones are read, a page at a time.
     """
+    return newest_record_in(ctx.delta_log, table)
+
+
+def newest_record_in(log: DeltaLogReader, table: str) -> Tuple[Optional[StepRecord], List[Commit]]:
+    """`newest_record`, asked of a Delta log reader."""
     commits: List[Commit] = []
     for limit in (1, HISTORY_PAGE, None):
         if limit is None:
             limit = commits[0].version + 1 if commits else 1
-        commits = ctx.delta_log.recent_commits(table, limit)
+        commits = log.recent_commits(table, limit)
         record = last_record(commit.as_history_row() for commit in commits)
         if record is not None or len(commits) < limit:
             return record, commits
@@ -72,10 +83,88 @@ def unfinished_side_writes(ctx: StepContext, last: StepRecord) -> List[str]:
     missing = []
     for suffix in last.side_writes:
         with ctx.role(f"did step {last.step} write {ctx.model.table(suffix)}?"):
-            written, _ = newest_record(ctx, ctx.model.table_name(suffix))
-        if written is None or written.incarnation != last.incarnation or written.step < last.step:
+            landed = side_write_landed(ctx.delta_log, ctx.model.table_name(suffix), last)
+        if not landed:
             missing.append(suffix)
     return missing
+
+
+def side_write_landed(log: DeltaLogReader, table: str, last: StepRecord) -> bool:
+    """Whether the side table `table` holds step `last`'s write: its newest record is that
+    step's or a later one's, of the same incarnation (a step writes only after the one before
+    it finished)."""
+    written, _ = newest_record_in(log, table)
+    return (
+        written is not None
+        and written.incarnation == last.incarnation
+        and written.step >= last.step
+    )
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    """A step as the model's history shows it."""
+
+    record: StepRecord
+    # The model's version the step made: the newest commit that carries its record.
+    version: int
+    # The model's newest version before the next step's first commit (its newest version when
+    # there is no next step): the step's rows, and whatever commits without a step record (an
+    # OPTIMIZE, a user's write) did to them since.
+    last_version: int
+
+
+def step_records(log: DeltaLogReader, table: str, count: int) -> List[RecordedStep]:
+    """The table's newest steps, newest first: at most `count`, of its current incarnation only
+    (since its last creation or full refresh), down to step 0. Reads a page of history first,
+    and the whole history only when the page holds too few."""
+    commits: List[Commit] = []
+    found: List[RecordedStep] = []
+    for limit in (count + 10, None):
+        if limit is None:
+            limit = commits[0].version + 1 if commits else 1  # the whole history
+        commits = log.recent_commits(table, limit)
+        found, ended = incarnation_steps(commits, count)
+        if ended or len(commits) < limit:
+            break
+    return found
+
+
+def incarnation_steps(commits: List[Commit], count: int) -> Tuple[List[RecordedStep], bool]:
+    """`step_records` of these commits (newest first), and whether they reach the end: step 0,
+    `count` steps, or the commit before the incarnation's first."""
+    found: List[RecordedStep] = []
+    through = commits[0].version if commits else -1  # the newest version of the step found next
+    for commit in commits:
+        record = StepRecord.from_json(commit.user_metadata)
+        if record is None:
+            if commit.operation.upper() in CREATING_OPERATIONS:
+                return found, True
+            continue
+        if found and record.incarnation != found[0].record.incarnation:
+            return found, True
+        if found and found[-1].record.step == record.step:
+            through = commit.version - 1  # an earlier commit of the same step
+            continue
+        found.append(RecordedStep(record, commit.version, through))
+        through = commit.version - 1
+        if record.step == 0 or len(found) >= count:
+            return found, True
+    return found, False
+
+
+def completed_steps(log: DeltaLogReader, table: str, count: int) -> List[RecordedStep]:
+    """`step_records` from the model's last completed step on: the newest step is left out while
+    a side table its record names lacks its write (the step is running, or a crash stopped it
+    after its model commit; `unfinished_side_writes`). Only the newest can be unfinished: a step
+    starts by finishing the one before it."""
+    found = step_records(log, table, count + 1)
+    if found and not all(
+        side_write_landed(log, table + suffix, found[0].record)
+        for suffix in found[0].record.side_writes
+    ):
+        found = found[1:]
+    return found[:count]
 
 
 def record_before(ctx: StepContext, last: StepRecord) -> Tuple[StepRecord, int]:

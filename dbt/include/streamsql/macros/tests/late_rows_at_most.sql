@@ -13,7 +13,8 @@
                 reasons: [late, future]        # default: late, null, future
 
   Over the last `last_steps` completed steps (the newest step records in the model's Delta
-  history; runs whose inputs did not change are not steps):
+  history, from the newest whose side-table writes have all landed: streamsql_step_records; runs
+  whose inputs did not change are not steps):
 
     quarantined  = rows of <model>__late with _streamsql_step in those steps and
                    _streamsql_reason in `reasons` (the sum of the steps' `late`, when every

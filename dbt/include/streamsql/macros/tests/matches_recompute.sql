@@ -1,7 +1,7 @@
 {#
   Generic test: an incremental view holds what its SELECT gives when recomputed from scratch over
-  the current contents of its inputs, except for what LATENESS quarantined and WATERMARK still
-  holds (the guarantee stated in docs/steps.md, "The guarantee").
+  its inputs as its last completed step read them, except for what LATENESS quarantined and
+  WATERMARK still holds (the guarantee stated in docs/steps.md, "The guarantee").
 
     models:
       - name: hourly_spend
@@ -15,11 +15,25 @@
       model == recompute(query) - late inserts + late deletes - held inserts + held deletes
 
   where late inserts/deletes are the rows of <model>__late (every reason: late, null, future) and
-  held ones the unreleased rows of <model>__pending. It sums +1 per model row, -1 per recomputed
-  row, +1/-1 per quarantined insert/delete and the weight of each held change, per distinct row,
-  and fails with every row whose sum is not zero (that is EXCEPT ALL in both directions, with
-  quarantined and held changes accounted for). `_streamsql_surplus` > 0: the model has that many
-  copies too many; < 0: too few. Float and decimal columns are compared rounded to `precision`
+  held ones the unreleased rows of <model>__pending, all as of the model's last completed step n
+  (its newest step record whose side-table writes have all landed: streamsql_step_records):
+
+    model      the model's table at the version step n committed (VERSION AS OF), with the
+               commits since that are no step's (an OPTIMIZE; a write by hand, which it sees)
+    recompute  the query, each input it names read at the version step n read it up to (the
+               record's input_versions), refs and sources alike (adapter.streamsql_pinned_query)
+    late       the rows of <model>__late with _streamsql_step <= n
+    held       the rows of <model>__pending held in step n or before and not released by then
+
+  So the test holds at any moment: between two runs (inputs that moved since are not read), and
+  beside a running step (a step that committed the model but not yet its side tables is not
+  completed; its rows in the side tables are left out). Before the model's first step (no record
+  of a step, or only that of the table's creation) it reads every table as it is now.
+
+  It sums +1 per model row, -1 per recomputed row, +1/-1 per quarantined insert/delete and the
+  weight of each held change, per distinct row, and fails with every row whose sum is not zero
+  (that is EXCEPT ALL in both directions, with quarantined and held changes accounted for).
+  `_streamsql_surplus` > 0: the model has that many copies too many; < 0: too few. Float and decimal columns are compared rounded to `precision`
   decimals, and rows left over that pair up on all other columns with float/decimal values
   within 10^-precision (relative, for values above 1) match too: an incrementally maintained
   SUM/AVG of doubles may differ from the recomputed one in the last bits, and a value halfway
@@ -27,8 +41,9 @@
 
   The query is the model's SQL with each ref() replaced by the relation it names (for a versioned
   model, the version the ref names with v= or version=, else its latest, as dbt resolves it) and
-  then rendered in the test's context (source(), var(), config() work). Not supported: ephemeral refs, models
-  whose SQL calls other macros, and the `where` config on this test.
+  then rendered in the test's context (source(), var(), config() work); every table of the
+  rendered query that the step record names is then read at its version there. Not supported:
+  ephemeral refs, models whose SQL calls other macros, and the `where` config on this test.
 #}
 {% macro test_matches_recompute(model, precision=6) %}
   {%- if not execute -%}
@@ -79,6 +94,15 @@
   {%- endfor -%}
   {%- set query = render(state['code']) -%}
 
+  {#- the model's last completed step: the versions it read, the model as it committed it -#}
+  {%- set records = streamsql_step_records(model, 1) -%}
+  {%- set last = records[0] if records and records[0]['step'] > 0 else none -%}
+  {%- set model_rows = model -%}
+  {%- if last is not none -%}
+    {%- set query = adapter.streamsql_pinned_query(query, last['input_versions']) -%}
+    {%- set model_rows = model ~ " version as of " ~ (last['model_version'] | int) -%}
+  {%- endif -%}
+
   {#- the model's own columns; floats and decimals are compared rounded -#}
   {%- set names = [] -%}
   {%- set exprs = [] -%}
@@ -112,7 +136,7 @@
   {%- endif -%}
 
 with signed_rows as (
-    select {{ select_list }}, cast(1 as bigint) as _streamsql_w from {{ model }}
+    select {{ select_list }}, cast(1 as bigint) as _streamsql_w from {{ model_rows }}
     union all
     select {{ select_list }}, cast(-1 as bigint) as _streamsql_w from (
 {{ query }}
@@ -122,12 +146,20 @@ with signed_rows as (
     select {{ select_list }},
            cast(case when _streamsql_change = 'insert' then 1 else -1 end as bigint) as _streamsql_w
     from {{ late }}
+  {%- if last is not none %}
+    where _streamsql_step <= {{ last['step'] | int }}
+  {%- endif %}
 {%- endif %}
 {%- if pending is not none %}
     union all
     select {{ select_list }}, cast(_streamsql_weight as bigint) as _streamsql_w
     from {{ pending }}
+  {%- if last is not none %}
+    where _streamsql_held_step <= {{ last['step'] | int }}
+      and (_streamsql_released_step is null or _streamsql_released_step > {{ last['step'] | int }})
+  {%- else %}
     where _streamsql_released_step is null
+  {%- endif %}
 {%- endif %}
 ),
 {#- rows whose signed count is not zero ... -#}

@@ -1,43 +1,20 @@
 {#
-  The step records of an incremental view, newest first: the `streamsql` object each step commits
-  in the userMetadata of its commit to the model's table (docs/tables.md, "The step record"). Only
-  the records of the table's current incarnation (since its last creation or full refresh), at
-  most `count` of them, down to step 0 (the table's creation). Read with DESCRIBE HISTORY, a page
-  first and the whole history only when the page holds fewer than `count` records.
+  The step records of an incremental view, newest first, from its last completed step on: the
+  `streamsql` object each step commits in the userMetadata of its commit to the model's table
+  (docs/tables.md, "The step record"), each with `model_version`: the model's version to read
+  for what the step left, its newest before the next step's first commit. Only the records of
+  the table's current incarnation (since its last creation or full refresh), at most `count` of
+  them, down to step 0 (the table's creation). A step whose side-table writes have not all
+  landed yet (it is running, or a crash stopped it after its model commit) is not completed:
+  its record is left out, and the list starts at the step before it. Read by the adapter
+  (`streamsql_completed_steps`), from the Delta log.
 
-  Used by the operational tests (late_rows_at_most, waterline_within): the model's own history
-  says which step last completed, and which input versions each step read.
+  Used by the generic tests (matches_recompute, late_rows_at_most, waterline_within): the
+  model's own history says which step last completed, which input versions each step read, and
+  which version of the model holds what it committed.
 #}
 {% macro streamsql_step_records(relation, count) %}
-  {%- set creating = ['CREATE TABLE', 'CREATE OR REPLACE TABLE', 'REPLACE TABLE',
-                      'CREATE TABLE AS SELECT', 'CREATE OR REPLACE TABLE AS SELECT',
-                      'REPLACE TABLE AS SELECT'] -%}
-  {%- set found = {'records': []} -%}
-  {%- for limit in [count + 10, none] -%}
-    {%- set records = [] -%}
-    {%- set seen = {'ended': false} -%}
-    {%- set history = run_query("describe history " ~ relation ~ (" limit " ~ limit if limit else "")) -%}
-    {%- for row in history.rows -%}
-      {%- set body = (fromjson(row['userMetadata'], {}) if row['userMetadata'] else {}) -%}
-      {%- set record = body.get('streamsql') if body is mapping else none -%}
-      {%- if record is mapping and record.get('step') is not none -%}
-        {%- if records and record.get('incarnation') != records[0].get('incarnation') -%}
-          {%- do seen.update({'ended': true}) -%}{%- break -%}
-        {%- endif -%}
-        {%- if records | selectattr('step', 'equalto', record['step']) | list | length == 0 -%}
-          {%- do records.append(record) -%}
-        {%- endif -%}
-        {%- if record['step'] == 0 or records | length >= count -%}
-          {%- do seen.update({'ended': true}) -%}{%- break -%}
-        {%- endif -%}
-      {%- elif (row['operation'] or '') | upper in creating -%}
-        {%- do seen.update({'ended': true}) -%}{%- break -%}
-      {%- endif -%}
-    {%- endfor -%}
-    {%- do found.update({'records': records}) -%}
-    {%- if seen.ended or history.rows | length < (limit or 0) -%}{%- break -%}{%- endif -%}
-  {%- endfor -%}
-  {{ return(found.records) }}
+  {{ return(adapter.streamsql_completed_steps(relation, count)) }}
 {% endmacro %}
 
 

@@ -12,11 +12,15 @@
                 interval: "INTERVAL 2 HOURS"   # a constant expression (a number for numbers)
                 behind: now                    # now (default) or max
 
-  The waterline is the one after the model's last completed step (its newest step record, the
-  value `__waterline` holds for that step). The test fails, with one row, when
+  The waterline is the one after the model's last completed step (its newest step record whose
+  side-table writes have all landed, streamsql_step_records: the value `__waterline` holds for
+  that step). The test fails, with one row, when
 
     behind: now   waterline < current_timestamp() - interval   (timestamp and date columns)
     behind: max   waterline < (max(column) over the model's table) - interval
+
+  where the model's table is read at the version that step committed, so a step running beside
+  the test does not move one side of the comparison without the other.
 
   and when the column has no waterline yet (no non-NULL value seen, or no step taken); with
   behind: max it passes while the model's table holds no value in the column. After a step the
@@ -64,7 +68,7 @@
   {%- set waterline = "cast(null as " ~ dtype ~ ")" if value is none
         else "cast('" ~ (value | replace("'", "''")) ~ "' as " ~ dtype ~ ")" -%}
   {%- set reference = "current_timestamp()" if behind == 'now'
-        else "(select max(" ~ quoted ~ ") from " ~ model ~ ")" -%}
+        else "(select max(" ~ quoted ~ ") from " ~ model ~ " version as of " ~ (record['model_version'] | int) ~ ")" -%}
 
 with waterline as (
     select {{ waterline }} as waterline, {{ reference }} as reference
