@@ -89,6 +89,37 @@ def test_server_state_round_trips_and_a_broken_file_is_no_server(tmp_path):
     assert warm_server.ServerState.read(paths) is None
 
 
+def test_the_settings_a_server_was_started_with_are_read_back_at_the_warehouse_path(tmp_path):
+    # `streamsql server start --warehouse DIR` starts DIR's server with them: they must give the
+    # fingerprint the profile's gave, so that the next dbt command reuses that server.
+    started = settings(tmp_path / "was_here", **{"spark.sql.shuffle.partitions": 4})
+    moved = warm_server.ServerPaths(str(tmp_path / "now_here"))
+    assert warm_server.last_started_with(moved) is None
+    os.makedirs(moved.root)
+    with open(moved.config, "w") as handle:  # as warm_server._start writes it
+        json.dump(
+            {
+                "warehouse_dir": started.warehouse_dir,
+                "master": started.master,
+                "server_side_parameters": started.server_side_parameters,
+                "lock_timeout": started.lock_timeout,
+                "idle_timeout": 90,
+                "port": None,
+                "fingerprint": warm_server.settings_fingerprint(started),
+            },
+            handle,
+        )
+    read, idle_timeout, port = warm_server.last_started_with(moved)
+    assert read == SessionSettings(
+        moved.warehouse_dir, "local[2]", started.server_side_parameters, 10
+    )
+    assert warm_server.settings_fingerprint(read) == warm_server.settings_fingerprint(started)
+    assert (idle_timeout, port) == (90, None)
+    with open(moved.config, "w") as handle:
+        handle.write("{not json")
+    assert warm_server.last_started_with(moved) is None
+
+
 def test_the_server_listens_on_loopback_with_its_token_and_port():
     config = {"server_side_parameters": {"spark.driver.memory": "2g"}, "master": "local[2]"}
     params = warm_server.server_parameters(config, 15123, "secret")

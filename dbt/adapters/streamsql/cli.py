@@ -1,8 +1,9 @@
 """`streamsql server start|status|stop`: the warm Spark server of a dbt project's warehouse.
 
 The warehouse and the server's settings come from the project's profile, as `dbt` reads them
-(`--project-dir`, `--profiles-dir`, `--target`, with dbt's defaults and DBT_* variables), or,
-for `status` and `stop`, from `--warehouse DIR` alone.
+(`--project-dir`, `--profiles-dir`, `--profile`, `--target`, their DBT_* variables and dbt's
+defaults), or from `--warehouse DIR` alone. The exit codes are pg_ctl's and LSB init scripts'
+(`EXIT_*` below). Commands, flags, exit codes and files: docs/cli.md.
 """
 
 from __future__ import annotations
@@ -10,13 +11,71 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import sys
 import time
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as installed_version
+from pathlib import Path
 from typing import Any, List, Optional
 
 from dbt_common.exceptions import DbtRuntimeError
 
 from dbt.adapters.streamsql import warm_server
+from dbt.adapters.streamsql.__version__ import version as ADAPTER_VERSION
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # and `stop` when no server was running, as `pg_ctl stop`
+EXIT_USAGE = 2  # argparse's
+EXIT_NOT_RUNNING = 3  # `status`: LSB's "program is not running", as `pg_ctl status`
+EXIT_UNKNOWN = 4  # `status`: LSB's "status is unknown" (no warehouse found from the profile)
+
+ABOUT = """\
+The warm server is one Spark Connect server per warehouse, for profile targets with
+method: session and keep_warm: true (the defaults). The first dbt command on a warehouse
+starts it; later commands connect to it instead of starting a JVM; it stops itself after
+idle_timeout seconds unused (default 1800). It listens on 127.0.0.1 only and requires a token.
+
+Its files, under the warehouse directory:
+  .streamsql-server/server.json   the running server (pid, port, versions); removed on stop
+  .streamsql-server/token         the token clients present (owner only, 0600)
+  .streamsql-server/last_used     touched by connected dbt processes: the idle clock
+  .streamsql-server/config.json   the settings the last server was started with
+  .streamsql-server/start.lock    held while a process starts or replaces the server
+  logs/spark-connect-server.log   the server's output
+
+Exit codes: 0 success; 1 failure, or `stop` with no server running; 2 usage error;
+3 `status`: no server running; 4 `status`: the profile does not say which warehouse.
+Documentation: docs/cli.md of dbt-streamsql."""
+
+WAREHOUSE_CHOICE = (
+    "The profile target's warehouse_dir, the profile found as dbt finds it; or DIR with "
+    "--warehouse, which then cannot be combined with the profile's flags."
+)
+
+
+def versions() -> str:
+    """`streamsql --version`: the adapter's version, then those it runs with."""
+
+    def installed(name: str) -> str:
+        try:
+            return f"{name} {installed_version(name)}"
+        except PackageNotFoundError:
+            return f"{name} not installed"
+
+    others = ", ".join(installed(name) for name in ("pyspark", "delta-spark", "dbt-core"))
+    return (
+        f"streamsql (dbt-streamsql) {ADAPTER_VERSION}\n{others}, python {platform.python_version()}"
+    )
+
+
+def nearest_project(directory: str) -> str:
+    """dbt's default project: the nearest of `directory` and its parents with a dbt_project.yml."""
+    found = Path(directory)
+    for candidate in [found, *found.parents]:
+        if (candidate / "dbt_project.yml").is_file():
+            return str(candidate)
+    return directory
 
 
 def profile_credentials(args: argparse.Namespace) -> Any:
@@ -25,44 +84,64 @@ def profile_credentials(args: argparse.Namespace) -> Any:
     from dbt.flags import set_from_args
     from dbt_common.context import set_invocation_context
 
-    project_dir = os.path.abspath(args.project_dir or os.getcwd())
+    project_dir = os.path.abspath(
+        args.project_dir or os.environ.get("DBT_PROJECT_DIR") or nearest_project(os.getcwd())
+    )
     profiles_dir = args.profiles_dir or os.environ.get("DBT_PROFILES_DIR")
     if profiles_dir is None:
         local = os.path.join(project_dir, "profiles.yml")
         profiles_dir = project_dir if os.path.exists(local) else os.path.expanduser("~/.dbt")
     set_from_args(argparse.Namespace(project_dir=project_dir, profiles_dir=profiles_dir), None)
     set_invocation_context(os.environ)  # env_var() in the profile reads it
-    profile = load_profile(project_dir, {}, target_override=args.target)
+    profile = load_profile(
+        project_dir,
+        {},
+        profile_name_override=args.profile or os.environ.get("DBT_PROFILE"),
+        target_override=args.target or os.environ.get("DBT_TARGET"),
+    )
     credentials = profile.credentials
     if credentials.type != "streamsql":
         raise DbtRuntimeError(f"The profile's target is type {credentials.type}, not streamsql")
-    return credentials
-
-
-def server_paths(args: argparse.Namespace) -> warm_server.ServerPaths:
-    if args.warehouse:
-        return warm_server.ServerPaths(os.path.abspath(args.warehouse))
-    credentials = profile_credentials(args)
     if credentials.method != "session":
         raise DbtRuntimeError(
             f"The profile's target uses method: {credentials.method}; only method: session has "
             "a warm server on this machine."
         )
-    return warm_server.ServerPaths(credentials.resolved_warehouse_dir())
+    return credentials
+
+
+def server_paths(args: argparse.Namespace) -> warm_server.ServerPaths:
+    if args.warehouse:
+        return warm_server.ServerPaths(os.path.abspath(os.path.expanduser(args.warehouse)))
+    return warm_server.ServerPaths(profile_credentials(args).resolved_warehouse_dir())
 
 
 def start(args: argparse.Namespace) -> int:
-    credentials = profile_credentials(args)
-    if credentials.method != "session":
-        raise DbtRuntimeError(
-            f"The profile's target uses method: {credentials.method}; `streamsql server start` "
-            "starts the warm server of method: session."
-        )
-    state = warm_server.ensure_server(
-        credentials.session_settings(), credentials.idle_timeout, credentials.port
-    )
-    print(f"running: pid {state.pid}, port {state.port}, warehouse {state.warehouse_dir}")
-    return 0
+    if args.warehouse:
+        paths = server_paths(args)
+        recorded = warm_server.last_started_with(paths)
+        if recorded is None:
+            raise DbtRuntimeError(
+                f"No server has started for {paths.warehouse_dir} yet, so the settings to start "
+                "one with are unknown: start it from its project (streamsql server start "
+                "--project-dir DIR) or run a dbt command there."
+            )
+        settings, idle_timeout, port = recorded
+    else:
+        credentials = profile_credentials(args)
+        if not credentials.keep_warm:
+            raise DbtRuntimeError(
+                "The profile's target sets keep_warm: false: its dbt commands run Spark in "
+                "their own process, use no server, and would wait for the warehouse one holds "
+                "(its embedded metastore). Remove keep_warm: false to use a warm server."
+            )
+        settings = credentials.session_settings()
+        idle_timeout, port = credentials.idle_timeout, credentials.port
+    before = warm_server.running_server(warm_server.ServerPaths(settings.warehouse_dir))
+    state = warm_server.ensure_server(settings, idle_timeout, port)
+    said = "already running" if before is not None and before.pid == state.pid else "started"
+    print(f"{said}: pid {state.pid}, port {state.port}, warehouse {state.warehouse_dir}")
+    return EXIT_OK
 
 
 def show_status(args: argparse.Namespace) -> int:
@@ -87,18 +166,24 @@ def show_status(args: argparse.Namespace) -> int:
                 ]
             )
         )
-    return 0 if found["running"] else 3
+    return EXIT_OK if found["running"] else EXIT_NOT_RUNNING
 
 
 def stop(args: argparse.Namespace) -> int:
     paths = server_paths(args)
+    recorded = warm_server.ServerState.read(paths)
+    alive = recorded is not None and warm_server.is_server_process(recorded.pid)
     started = time.monotonic()
-    stopped = warm_server.stop_server(paths)
-    if stopped is None:
-        print(f"no server running for {paths.warehouse_dir}")
-    else:
-        print(f"stopped pid {stopped.pid} in {time.monotonic() - started:.1f} s")
-    return 0
+    warm_server.stop_server(paths)  # a record of a process that is gone is removed too
+    if recorded is None or not alive:
+        gone = f" (its record named pid {recorded.pid}, which is gone)" if recorded else ""
+        print(
+            f"streamsql: no server was running for {paths.warehouse_dir}{gone}; nothing stopped",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    print(f"stopped pid {recorded.pid} in {time.monotonic() - started:.1f} s")
+    return EXIT_OK
 
 
 def duration(seconds: float) -> str:
@@ -110,22 +195,104 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
+def warehouse_flags() -> argparse.ArgumentParser:
+    """The flags that choose the warehouse, shared by every action."""
+    shared = argparse.ArgumentParser(add_help=False)
+    chosen = shared.add_argument_group("which warehouse", WAREHOUSE_CHOICE)
+    chosen.add_argument(
+        "--project-dir",
+        metavar="DIR",
+        help="the dbt project (default: $DBT_PROJECT_DIR, else the nearest directory up from "
+        "here with a dbt_project.yml)",
+    )
+    chosen.add_argument(
+        "--profiles-dir",
+        metavar="DIR",
+        help="where profiles.yml is (default: $DBT_PROFILES_DIR, else the project directory if "
+        "it has one, else ~/.dbt)",
+    )
+    chosen.add_argument(
+        "--profile", help="the profile (default: $DBT_PROFILE, else dbt_project.yml's)"
+    )
+    chosen.add_argument(
+        "--target", help="the profile's target (default: $DBT_TARGET, else the profile's)"
+    )
+    chosen.add_argument(
+        "--warehouse", metavar="DIR", help="the warehouse directory itself, without a profile"
+    )
+    return shared
+
+
+def parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
+    top = argparse.ArgumentParser(
+        prog="streamsql",
+        description="Show and control the warm Spark server of a dbt-streamsql warehouse.",
+        epilog=ABOUT,
+        formatter_class=raw,
+    )
+    top.add_argument("--version", action="version", version=versions())
+    groups = top.add_subparsers(dest="group", metavar="COMMAND", required=True)
+    server = groups.add_parser(
+        "server",
+        help="the warm Spark server of a warehouse: start, status, stop",
+        description="Start, show or stop the warm Spark server of a warehouse.",
+        epilog=ABOUT,
+        formatter_class=raw,
+    )
+    actions = server.add_subparsers(dest="action", metavar="ACTION", required=True)
+    shared = [warehouse_flags()]
+    started = actions.add_parser(
+        "start",
+        parents=shared,
+        help="start the server ahead of the first dbt command",
+        description="Start the warehouse's server ahead of the first dbt command, or report the "
+        "one that runs. The settings (master, server_side_parameters, idle_timeout, port, "
+        "lock_timeout) are the profile target's; with --warehouse, those its last server was "
+        "started with. A server with other settings is replaced, unless a dbt process uses it.",
+        epilog="exit codes: 0 running (started now or already), 1 it could not start (why: on "
+        "stderr), 2 usage error",
+    )
+    started.set_defaults(run=start, failed=EXIT_FAILED)
+    shown = actions.add_parser(
+        "status",
+        parents=shared,
+        help="show the server: pid, port, uptime, idle time, log",
+        description="Show the warehouse's server: pid, port, uptime, idle time and when it "
+        "stops, Spark UI, adapter version, log.",
+        epilog="exit codes: 0 running, 3 not running (also when server.json names a process "
+        "that is gone), 4 unknown: the profile does not say which warehouse (why: on stderr), "
+        "2 usage error",
+    )
+    shown.add_argument("--json", action="store_true", help="print the status as JSON")
+    shown.set_defaults(run=show_status, failed=EXIT_UNKNOWN)
+    stopped = actions.add_parser(
+        "stop",
+        parents=shared,
+        help="stop the server (the next dbt command starts a new one)",
+        description="Stop the warehouse's server: SIGTERM, then SIGKILL after 60 s. A dbt "
+        "command connected to it fails; the next one starts a new server.",
+        epilog="exit codes: 0 stopped, 1 no server was running (a one-line message on stderr) "
+        "or it could not be found from the profile, 2 usage error",
+    )
+    stopped.set_defaults(run=stop, failed=EXIT_FAILED)
+    for action in (started, shown, stopped):
+        action.set_defaults(action_parser=action)
+    return top
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="streamsql", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="group", required=True)
-    server = commands.add_parser("server", help="the warm Spark server of a warehouse")
-    server.add_argument("action", choices=["start", "status", "stop"])
-    server.add_argument("--project-dir", help="the dbt project (default: this directory)")
-    server.add_argument("--profiles-dir", help="where profiles.yml is (dbt's default rules)")
-    server.add_argument("--target", help="the profile target (default: the profile's)")
-    server.add_argument("--warehouse", help="status/stop: the warehouse directory itself")
-    server.add_argument("--json", action="store_true", help="status as JSON")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
+    if args.warehouse and (args.project_dir or args.profiles_dir or args.profile or args.target):
+        args.action_parser.error(
+            "--warehouse names the warehouse without a profile: leave out --project-dir, "
+            "--profiles-dir, --profile and --target, or --warehouse"
+        )
     try:
-        return {"start": start, "status": show_status, "stop": stop}[args.action](args)
+        return int(args.run(args))
     except DbtRuntimeError as error:
-        print(f"streamsql: {error}", file=sys.stderr)
-        return 2
+        print(f"streamsql: {str(error.msg).strip()}", file=sys.stderr)
+        return int(args.failed)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ Files, all under the warehouse directory:
 - `.streamsql-server/last_used`: touched by every dbt process while it is connected (every 30 s);
   the server stops itself after `idle_timeout` seconds without a touch and without a running job.
 - `.streamsql-server/start.lock`: taken while a process checks, starts or replaces the server.
+- `.streamsql-server/config.json`: the settings the last server was started with; it stays.
 - `logs/spark-connect-server.log`: the server's output.
 
 Between runs the server reads the tables whose Delta log changed, so that the next run finds
@@ -38,7 +39,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
@@ -355,6 +356,22 @@ def _start(
             logger.info(f"Still starting the Spark server ({time.monotonic() - started:.0f} s)")
             next_note += 15
         time.sleep(0.2)
+
+
+def last_started_with(paths: ServerPaths) -> Optional[Tuple[SessionSettings, int, Optional[int]]]:
+    """The settings, idle timeout and pinned port the warehouse's last server was started with
+    (config.json: each start writes it, a stop leaves it), at this path; None if none started."""
+    try:
+        with open(paths.config) as handle:
+            config = json.load(handle)
+        parameters = dict(config["server_side_parameters"])
+        settings = SessionSettings(
+            paths.warehouse_dir, config["master"], parameters, int(config["lock_timeout"])
+        )
+        port = None if config["port"] is None else int(config["port"])
+        return settings, int(config["idle_timeout"]), port
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def stop_server(paths: ServerPaths, grace: float = 60.0) -> Optional[ServerState]:
