@@ -86,6 +86,10 @@ MODELS = {
 
 VARIANTS = "id int, n int, v variant"
 
+MODELS_YML = "version: 2\nmodels:\n" + "".join(
+    f"  - name: {name}\n    data_tests: [matches_recompute]\n" for name in MODELS
+)
+
 
 def event(id: int, k: int, m: str, sm_q: str, am: str = "array(map('x', 1))") -> str:
     """A row of events as SQL; `m`, `sm_q` and `am` are SQL expressions."""
@@ -169,7 +173,7 @@ def comparable_columns(project, relation: str) -> str:
 class TestColumnTypes:
     @pytest.fixture(scope="class")
     def models(self):
-        found: Dict[str, str] = {"sources.yml": SOURCES_YML}
+        found: Dict[str, str] = {"sources.yml": SOURCES_YML, "models.yml": MODELS_YML}
         for name, (body, _) in MODELS.items():
             found[f"{name}.sql"] = "{{ config(materialized='incremental_view') }}\n" + body
         return found
@@ -203,6 +207,10 @@ class TestColumnTypes:
                     f"model {name} differs from its query after step {step}:\n"
                     f"{bag_diff(name, expected, actual)}"
                 )
+        # and the generic test says so of every model, maps and variants compared as the step
+        # compares them
+        tested = run_dbt(["test"])
+        assert len(tested) == len(MODELS), [r.node.name for r in tested]
 
 
 class TestUncomparableType:

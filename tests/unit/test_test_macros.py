@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 import jinja2
 
 from dbt.adapters.streamsql.planning.binding import pinned_text
+from dbt.adapters.streamsql.planning.types import comparable
 
 MACROS = Path(__file__).resolve().parents[2] / "dbt" / "include" / "streamsql" / "macros" / "tests"
 
@@ -47,12 +48,17 @@ class Column:
 
 
 class Adapter:
-    def __init__(self, steps: List[Dict[str, Any]]) -> None:
+    def __init__(self, steps: List[Dict[str, Any]], columns: Optional[List[Column]] = None) -> None:
         self.steps = steps
         self.asked: List[Any] = []
+        self.columns = columns or [
+            Column("id", "int"),
+            Column("ts", "timestamp"),
+            Column("v", "double"),
+        ]
 
     def get_columns_in_relation(self, relation: Relation) -> List[Column]:
-        return [Column("id", "int"), Column("ts", "timestamp"), Column("v", "double")]
+        return self.columns
 
     def quote(self, name: str) -> str:
         return f"`{name}`"
@@ -66,6 +72,9 @@ class Adapter:
 
     def streamsql_pinned_query(self, sql: str, versions: Dict[str, int]) -> str:
         return pinned_text(sql, versions)
+
+    def streamsql_comparable(self, expression: str, data_type: str) -> str:
+        return comparable(expression, data_type)
 
 
 def node(name: str, raw_code: str = "", **config: Any) -> Dict[str, Any]:
@@ -83,9 +92,9 @@ def node(name: str, raw_code: str = "", **config: Any) -> Dict[str, Any]:
     }
 
 
-def render_test(steps: List[Dict[str, Any]]) -> str:
+def render_test(steps: List[Dict[str, Any]], columns: Optional[List[Column]] = None) -> str:
     """The SQL `matches_recompute` renders for the model `demo.m` (MODEL_SQL)."""
-    adapter = Adapter(steps)
+    adapter = Adapter(steps, columns)
     environment = jinja2.Environment(extensions=["jinja2.ext.do"], undefined=jinja2.StrictUndefined)
     config = {"lateness": {"ts": "INTERVAL 1 HOUR"}, "watermark": {"ts": "INTERVAL 10 MINUTES"}}
     graph = {"nodes": {"model.p.m": node("m", MODEL_SQL, **config), "model.p.users": node("users")}}
@@ -150,3 +159,10 @@ def test_before_the_first_step_every_table_is_read_as_it_is_now():
         assert "from `demo`.`events` as e join `demo`.`users` u" in sql
         assert "from `demo`.`m__late` union all" in sql
         assert "from `demo`.`m__pending` where _streamsql_released_step is null )" in sql
+
+
+def test_a_map_column_is_grouped_by_its_sorted_entries():
+    columns = [Column("id", "int"), Column("m", "map<string,int>"), Column("v", "double")]
+    sql = render_test([], columns)
+    assert "select `id`, array_sort(map_entries(`m`)) as `m`, round(`v`, 6) as `v`," in sql
+    assert "group by `id`, `m`, `v`" in sql

@@ -29,6 +29,7 @@ from dbt.adapters.streamsql.execution.pipeline.step import (
 )
 from dbt.adapters.streamsql.planning.binding import pinned_text
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
+from dbt.adapters.streamsql.planning.types import comparable
 
 logger = AdapterLogger("StreamSQL")
 
@@ -272,6 +273,18 @@ class StreamSQLAdapter(SparkAdapter):
         except (TableMissing, NotDeltaTable):
             return []
         return [dict(asdict(step.record), model_version=step.last_version) for step in found]
+
+    @available
+    def streamsql_comparable(self, expression: str, data_type: str) -> str:
+        """SQL for a form of `expression` (of type `data_type`, as DESCRIBE prints it) that
+        Spark can GROUP BY and compare with `<=>` (`types.comparable`: a map as its sorted
+        entries, ...): the generic tests group a model's rows by every column."""
+        try:
+            return comparable(expression, data_type)
+        except ValueError as error:  # UncomparableType among them
+            raise DbtRuntimeError(
+                f"cannot compare the column {expression} of type {data_type}: {error}"
+            ) from error
 
     @available
     def streamsql_pinned_query(self, sql: str, input_versions: Mapping[str, int]) -> str:

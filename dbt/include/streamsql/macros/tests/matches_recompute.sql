@@ -33,8 +33,10 @@
   It sums +1 per model row, -1 per recomputed row, +1/-1 per quarantined insert/delete and the
   weight of each held change, per distinct row, and fails with every row whose sum is not zero
   (that is EXCEPT ALL in both directions, with quarantined and held changes accounted for).
-  `_streamsql_surplus` > 0: the model has that many copies too many; < 0: too few. Float and decimal columns are compared rounded to `precision`
-  decimals, and rows left over that pair up on all other columns with float/decimal values
+  `_streamsql_surplus` > 0: the model has that many copies too many; < 0: too few. A map
+  column (or an array or struct holding one) is compared by its entries, sorted, as the step
+  matches it (and shown so in the failing rows). Float and decimal columns are compared rounded
+  to `precision` decimals, and rows left over that pair up on all other columns with float/decimal values
   within 10^-precision (relative, for values above 1) match too: an incrementally maintained
   SUM/AVG of doubles may differ from the recomputed one in the last bits, and a value halfway
   between two rounded values (22.9678125) can then round either way.
@@ -117,7 +119,9 @@
         {%- do exprs.append("round(" ~ quoted ~ ", " ~ precision ~ ") as " ~ quoted) -%}
         {%- do inexact.append(quoted) -%}
       {%- else -%}
-        {%- do exprs.append(quoted) -%}
+        {#- a map (or a value holding one) as a form Spark can group and compare -#}
+        {%- set compared = adapter.streamsql_comparable(quoted, column.dtype) -%}
+        {%- do exprs.append(quoted if compared == quoted else compared ~ " as " ~ quoted) -%}
         {%- do exact.append(quoted) -%}
       {%- endif -%}
     {%- endif -%}
