@@ -20,8 +20,8 @@ def sql_literal(value) -> str:
         return f"TIMESTAMP'{value:%Y-%m-%d %H:%M:%S}'"
     if isinstance(value, Decimal):
         return f"CAST({value} AS DECIMAL(10,2))"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, str):  # backslashes escaped too: Spark reads '\d' as d
+        return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
     return str(value)
 
 

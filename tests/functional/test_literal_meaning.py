@@ -19,6 +19,7 @@ from dbt.tests.util import run_dbt
 from dbt.adapters.streamsql.planning.binding import parse_query
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.plan import DIALECT
+from tests.differential import as_bag, values_clause
 
 # Each form stands alone as a SELECT's one expression.
 FORMS = [
@@ -259,18 +260,8 @@ ROWS = [
 LATER_ROWS = [(8, "x%'y"), (9, 'a"b')]
 
 
-def _literal(value) -> str:
-    if value is None:
-        return "NULL"
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _values(rows) -> str:
-    return ", ".join(f"({i}, {_literal(s)})" for i, s in rows)
-
-
-def _bag(project, sql: str) -> Counter:
-    return Counter(tuple(r) for r in project.run_sql(sql, fetch="all"))
+def bag(project, sql: str) -> Counter:
+    return as_bag(project.run_sql(sql, fetch="all"))
 
 
 def _response(results, name: str):
@@ -295,10 +286,10 @@ class TestModelsOverHostileLiterals:
         project.run_sql(f"create table {names} (id int, s string) using delta")
         project.run_sql(f"alter table {names} set tblproperties (delta.enableChangeDataFeed=true)")
         changes = [
-            f"insert into {names} values {_values(ROWS)}",
+            f"insert into {names} values {values_clause(ROWS)}",
             f"delete from {names} where id in (2, 5)",
             f"update {names} set s = 'O''Brien' where id = 6",
-            f"insert into {names} values {_values(LATER_ROWS)}",
+            f"insert into {names} values {values_clause(LATER_ROWS)}",
         ]
         expected = dict(ROWS)
         for number, change in enumerate(changes, start=1):
@@ -314,17 +305,17 @@ class TestModelsOverHostileLiterals:
             quoted = {
                 (i, s) for i, s in expected.items() if s is not None and ("'" in s or s == 'a"b')
             }
-            assert _bag(project, f"select id, s from {schema}.quoted") == Counter(quoted)
+            assert bag(project, f"select id, s from {schema}.quoted") == Counter(quoted)
             assert _response(results, "quoted")["plan"] == "linear", number
 
             tags = Counter(
                 "it's him" if s == "O'Brien" else "back\\slash" if s and "\\" in s else 'other"s'
                 for s in expected.values()
             )
-            assert _bag(project, f"select tag, n from {schema}.tagged") == Counter(tags.items())
+            assert bag(project, f"select tag, n from {schema}.tagged") == Counter(tags.items())
             assert _response(results, "tagged")["plan"] == "aggregate", number
 
-            picked = _bag(project, f"select id, picked from {schema}.double_quoted")
+            picked = bag(project, f"select id, picked from {schema}.double_quoted")
             assert picked == Counter(expected.items()), number
             response = _response(results, "double_quoted")
             assert response["plan"] == "recompute", response
