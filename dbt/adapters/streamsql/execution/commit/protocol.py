@@ -63,31 +63,24 @@ BULK_FILE_ROWS = 250_000
 # Whether Delta copies a MERGE's source before it reads it twice: needless for a source that is
 # a checkpointed change and nothing else (a MERGE by key). A MERGE that matches whole rows is
 # not such a source: it joins the change with the model to count copies, and without the copy
-# Delta runs that join twice (measured: 4.8-6.4 s against 3.0-4.2 s with the copy, for 3,000
-# changed rows of a 65K-row model). Not over Thrift: there the source is a cached view, and
-# another session's CACHE TABLE on the same server can match part of its plan while the MERGE
-# runs, which Delta refuses (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION) unless it copied the
-# source first.
+# Delta runs that join twice. Not over Thrift: there the source is a cached view, and another
+# session's CACHE TABLE on the same server can match part of its plan while the MERGE runs,
+# which Delta refuses (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION) unless it copied the source.
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 # Whether a MERGE marks the rows it replaces in deletion vectors (Delta's default) or rewrites
-# each file it touches. For a small model the rewrite is cheaper: bench/small_merge.py, 30 keys
-# MERGEd, medians of 5: a 100-row table 4.48 s / 18 jobs -> 3.79 s / 11 jobs, a 200K-row table
-# 3.71 -> 3.01 s; no dearer for tables up to 17 MiB in files of 3.4 MiB (one file touched).
-# Rewriting costs with the size of the files touched, so only below SMALL_TABLE_BYTES in files
-# of at most REWRITTEN_FILE_BYTES on average (from the version's checksum file, read in the JVM:
-# no statement): a 17 MiB model in two files, whose step deleted 25 rows spread over both,
-# MERGEd in 9.9 s rewriting its million rows, and in 2.95 s with deletion vectors
-# (bench/step_vs_rebuild.py --pairs "moving window", 1M rows). A larger model, or one whose
-# size a step cannot read for free, keeps them.
+# each file it touches. Rewriting costs with the size of the files touched and saves the
+# deletion vectors' jobs, so a model rewrites only below SMALL_TABLE_BYTES in files of at most
+# REWRITTEN_FILE_BYTES on average (from the version's checksum file, read in the JVM: no
+# statement); a larger model, or one whose size a step cannot read for free, keeps them
+# (bench/small_merge.py and bench/step_vs_rebuild.py measure both sides).
 PERSISTENT_DELETION_VECTORS = "spark.databricks.delta.merge.deletionVectors.persistent"
 SMALL_TABLE_BYTES = 64 * 2**20
 REWRITTEN_FILE_BYTES = 4 * 2**20
 # A step that removes rows from a model under REWRITE_BYTES writes the model whole, in one
 # INSERT OVERWRITE into one file, instead of a MERGE (config `rewrite_when_small`, on by
-# default). bench/write_paths.py, 20 updated, 5 deleted and 5 new keys, medians of 5: a 100-row
-# table 0.62 s against the MERGE's 1.04-1.17 s, a 20,000-row table 0.67 s against 1.01-1.07 s
-# (4 jobs against 4-9). Its change feed then shows every row removed and added again: readers
-# in this adapter net it (pipeline/inputs.py), and users who read the feed can turn it off.
+# default; bench/write_paths.py measures both). Its change feed then shows every row removed and
+# added again: readers in this adapter net it (pipeline/inputs.py), and users who read the feed
+# can turn it off.
 REWRITE_BYTES = 2**20
 PARTITION_OVERWRITE = "spark.sql.sources.partitionOverwriteMode"
 
