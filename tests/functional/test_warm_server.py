@@ -280,6 +280,22 @@ def test_a_server_in_use_is_not_replaced_then_stop_and_idle_stop(project):
     assert stopped.returncode == 0 and f"stopped pid {state.pid}" in stopped.stdout, stopped
     assert not warm_server.pid_alive(state.pid)
     assert streamsql("server", "status", "--warehouse", paths.warehouse_dir).returncode == 3
+    # Nothing left to stop: said, with exit code 1 (as pg_ctl stop; docs/cli.md).
+    again = streamsql("server", "stop", "--warehouse", paths.warehouse_dir)
+    assert again.returncode == 1 and "no server was running" in again.stderr, again
+    # `start --warehouse` starts it with the settings it last ran with, the profile's: the next
+    # dbt command reuses it, and `start` from the project finds it running.
+    started = streamsql("server", "start", "--warehouse", paths.warehouse_dir)
+    assert started.returncode == 0, started
+    restarted = warm_server.ServerState.read(paths)
+    assert started.stdout.splitlines()[-1].startswith(f"started: pid {restarted.pid}, ")
+    assert restarted.idle_timeout == warm_server.DEFAULT_IDLE_TIMEOUT
+    reused = dbt.dbt("run", "--select", "big")
+    assert reused.returncode == 0 and STARTING not in reused.stdout, reused.stdout[-4000:]
+    assert warm_server.ServerState.read(paths).pid == restarted.pid
+    again = streamsql("server", "start", "--project-dir", str(dbt.root))
+    assert again.returncode == 0 and f"already running: pid {restarted.pid}," in again.stdout
+    assert streamsql("server", "stop", "--warehouse", paths.warehouse_dir).returncode == 0
     # A server unused for idle_timeout seconds stops itself, never under a running command.
     dbt.target["idle_timeout"] = 3
     dbt.write_profile()
