@@ -6,6 +6,8 @@ importable as `benchlib`).
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import platform
 import re
@@ -380,6 +382,44 @@ def machine_lines(info: Dict[str, Any]) -> List[str]:
 
 def fmt(seconds: float) -> str:
     return f"{seconds:.2f}"
+
+
+# -- results files ------------------------------------------------------------------------------
+
+
+def write_run_json(
+    results_dir: Path, name: str, run: Dict[str, Any], summary: Dict[str, Any]
+) -> None:
+    """Writes a run's numbers as two files: `<name>.json`, its summary (arguments, machine,
+    medians, checks; small enough to diff), and `<name>.raw.json.gz`, the whole run with every
+    step, which reports and `--combine` read back (`read_run_json`)."""
+    (results_dir / f"{name}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    # mtime=0: the same run compresses to the same bytes
+    with gzip.GzipFile(results_dir / f"{name}.raw.json.gz", "wb", mtime=0) as raw:
+        raw.write(json.dumps(run, default=str).encode())
+
+
+def read_run_json(path: Path) -> Dict[str, Any]:
+    """The whole run `write_run_json` wrote for `<name>.json` (from its `.raw.json.gz`); a
+    `<name>.json` with no raw file beside it (runs written before the split) is the whole run."""
+    raw = path.with_name(f"{path.name.removesuffix('.json')}.raw.json.gz")
+    if raw.exists():
+        with gzip.open(raw, "rt") as text:
+            return json.load(text)
+    return json.loads(path.read_text())
+
+
+def save_plot(figure: Any, path: Path, dpi: int) -> None:
+    """Saves a matplotlib figure as a PNG of at most 256 colours: a plot's lines and text take a
+    few dozen, and the palette makes the file a third of matplotlib's RGBA one."""
+    import io
+
+    from PIL import Image
+
+    rendered = io.BytesIO()
+    figure.savefig(rendered, format="png", dpi=dpi)
+    image = Image.open(rendered).convert("RGB")
+    image.quantize(colors=256, dither=Image.Dither.NONE).save(path, optimize=True)
 
 
 def start_session(target: Dict[str, Any]) -> Any:

@@ -15,7 +15,8 @@ jobs use the same SparkSession), for each history size:
 5. compares every approach's result with the `table` model's (EXCEPT ALL both ways); a
    difference fails the run (exit 1, after the report is written).
 
-Writes bench/results/nexmark.{md,json,png}. See bench/README.md.
+Writes bench/results/<output-name>.md (default `nexmark`), .png, .json (the summary) and
+.raw.json.gz (every step). See bench/README.md.
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ from benchlib import (
     median,
     multiset_difference,
     multiset_fingerprint,
+    read_run_json,
+    save_plot,
     scalar,
     start_session,
     use_adapter_revision,
     write_project_skeleton,
+    write_run_json,
 )
 from nexmark import generator
 from nexmark.queries import QUERIES, STREAM_WATERMARK, Query, render
@@ -691,7 +695,11 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
     lines += ["## Machine", ""]
     lines += machine_lines(info)
     name = results.get("output_name", "nexmark")
-    lines += ["", f"Raw numbers: `{name}.json`. Plot: `{name}.png`.", ""]
+    lines += [
+        "",
+        f"Numbers: `{name}.json` (summary), `{name}.raw.json.gz` (every step). Plot: `{name}.png`.",
+        "",
+    ]
     path.write_text("\n".join(lines))
 
 
@@ -814,7 +822,7 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
     if results.get("label"):
         title += f" ({results['label']})"
     figure.suptitle(textwrap.fill(title, 110), fontsize=11)  # a long label would be cut off
-    figure.savefig(path, dpi=110)
+    save_plot(figure, path, dpi=110)
     plt.close(figure)
 
 
@@ -859,7 +867,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="6g", help="spark.driver.memory")
     parser.add_argument("--label", default="", help="a line printed on top of the report")
     parser.add_argument(
-        "--output-name", default="nexmark", help="results file names: <name>.md/.json/.png"
+        "--output-name",
+        default="nexmark",
+        help="results file names: <name>.md/.png/.json/.raw.json.gz",
     )
     parser.add_argument(
         "--work-dir",
@@ -872,7 +882,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         default="",
         help="no run: merge the results of earlier runs (comma-separated JSON "
         "files in --results-dir, e.g. nexmark_1m.json,nexmark_10m.json) into one "
-        "report <output-name>.md/.json/.png",
+        "report <output-name>.md/.png/.json/.raw.json.gz",
     )
     parser.add_argument(
         "--adapter-rev",
@@ -883,20 +893,30 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def summary_of(run: Dict[str, Any]) -> Dict[str, Any]:
+    """A run without its steps: each history's setup, medians (`summary`) and checks."""
+    histories = [
+        dict(
+            {key: value for key, value in history.items() if key != "floor"},
+            step_sizes=[
+                {key: value for key, value in size.items() if key != "steps"}
+                for size in history["step_sizes"]
+            ],
+        )
+        for history in run["histories"]
+    ]
+    return dict(run, histories=histories)
+
+
 def write_results(
     results: Dict[str, Any], unsupported: Dict[Tuple[str, str], str], results_dir: Path, name: str
 ) -> None:
     results["output_name"] = name
-    (results_dir / f"{name}.json").write_text(
-        json.dumps(
-            dict(results, unsupported={f"{q}|{a}": r for (q, a), r in unsupported.items()}),
-            indent=1,
-            default=str,
-        )
-    )
+    run = dict(results, unsupported={f"{q}|{a}": r for (q, a), r in unsupported.items()})
+    write_run_json(results_dir, name, run, summary_of(run))
     write_report(dict(results, unsupported=dict(unsupported)), results_dir / f"{name}.md")
     write_plot(results, results_dir / f"{name}.png")
-    print(f"wrote {results_dir / name}.md and .png/.json", flush=True)
+    print(f"wrote {results_dir / name}.md and .png/.json/.raw.json.gz", flush=True)
 
 
 def combine(args: argparse.Namespace) -> int:
@@ -905,7 +925,7 @@ def combine(args: argparse.Namespace) -> int:
     record kept."""
     results_dir = Path(args.results_dir).resolve()
     runs = [
-        json.loads((results_dir / name.strip()).read_text())
+        read_run_json(results_dir / name.strip())
         for name in args.combine.split(",")
         if name.strip()
     ]

@@ -44,7 +44,7 @@ warehouse and process): the aged pipeline's steps against the fresh one's, in th
 
     python bench/soak.py --control 150 --work-dir bench/work-soak
 
-Writes bench/results/<output-name>.md, .json and .png.
+Writes bench/results/<output-name>.md, .png, .json (the summary) and .raw.json.gz (every step).
 """
 
 from __future__ import annotations
@@ -65,9 +65,11 @@ from benchlib import (
     machine_info,
     machine_lines,
     median,
+    save_plot,
     spark_settings,
     start_session,
     write_project_skeleton,
+    write_run_json,
 )
 
 SCHEMA = "soak"
@@ -327,7 +329,7 @@ def chart(steps: List[Dict[str, Any]], path: Path) -> None:
     axes[-1].set_xlabel("step")
     axes[2].legend([n for n in names if "__streamsql_" in n], fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_plot(fig, path, dpi=110)
 
 
 def dropped_line(dropped: List[str]) -> str:
@@ -383,7 +385,8 @@ def processes_line(processes: List[Dict[str, Any]], steps: List[Dict[str, Any]])
 def write_results(args: Any, report: Dict[str, Any]) -> None:
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
-    (results / f"{args.output_name}.json").write_text(json.dumps(report, indent=1))
+    summary = {key: value for key, value in report.items() if key != "steps"}
+    write_run_json(results, args.output_name, report, summary)
     chart(report["steps"], results / f"{args.output_name}.png")
     steps, figures = report["steps"], report["summary"]
     lines = [
@@ -458,7 +461,10 @@ def write_results(args: Any, report: Dict[str, Any]) -> None:
         )
         files = " | ".join(str(record["tables"].get(n, {}).get("files", "")) for n in names)
         lines.append(f"| {record['step']} | {record['wall_s']:.2f} | {files} | {state} |")
-    lines += ["", f"![per step]({args.output_name}.png)", "", "## Machine", ""]
+    name = args.output_name
+    lines += ["", f"![per step]({name}.png)", ""]
+    lines += [f"Numbers: `{name}.json` (summary), `{name}.raw.json.gz` (every step).", ""]
+    lines += ["## Machine", ""]
     lines += machine_lines(report["machine"])
     (results / f"{args.output_name}.md").write_text("\n".join(lines) + "\n")
 

@@ -12,13 +12,13 @@ in-process through `dbtRunner`):
 4. runs steps with no new input (the fixed floor of a step);
 5. checks that each incremental view equals its table twin as a multiset (EXCEPT ALL both ways).
 
-Writes bench/results/step_vs_rebuild.{md,json,png}. See bench/README.md.
+Writes bench/results/step_vs_rebuild.md, .png, .json (the summary) and .raw.json.gz (every
+step). See bench/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -34,11 +34,13 @@ from benchlib import (
     machine_lines,
     median,
     multiset_difference,
+    save_plot,
     scalar,
     start_session,
     statement_label,
     statement_shape,
     write_project_skeleton,
+    write_run_json,
 )
 
 SOURCE_SCHEMA = "bench_src"
@@ -582,7 +584,12 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
 
     lines += ["", "## Machine", ""]
     lines += machine_lines(info)
-    lines += ["", "Raw numbers: `step_vs_rebuild.json`. Plot: `step_vs_rebuild.png`.", ""]
+    name = path.stem
+    lines += [
+        "",
+        f"Numbers: `{name}.json` (summary), `{name}.raw.json.gz` (every step). Plot: `{name}.png`.",
+        "",
+    ]
     path.write_text("\n".join(lines))
 
 
@@ -648,11 +655,20 @@ def write_plot(results: Dict[str, Any], path: Path) -> None:
         axis.legend(fontsize=8)
     figure.suptitle("dbt-streamsql: incremental_view step vs. full rebuild", fontsize=11)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    save_plot(figure, path, dpi=120)
     plt.close(figure)
 
 
 # -- main ---------------------------------------------------------------------------------------
+
+
+def summary_of(results: Dict[str, Any]) -> Dict[str, Any]:
+    """A run without its steps: each size's setup, medians (`summary`) and checks."""
+    sizes = [
+        {key: value for key, value in size.items() if key not in ("steps", "floor")}
+        for size in results["sizes"]
+    ]
+    return dict(results, sizes=sizes)
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -725,10 +741,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         results["elapsed_s"] = time.monotonic() - started
         results["machine"]["load_average_at_end"] = os.getloadavg()
         name = args.output_name
-        (results_dir / f"{name}.json").write_text(json.dumps(results, indent=1, default=str))
+        write_run_json(results_dir, name, results, summary_of(results))
         write_report(results, results_dir / f"{name}.md")
         write_plot(results, results_dir / f"{name}.png")
-        print(f"wrote {results_dir / name}.md and .png/.json", flush=True)
+        print(f"wrote {results_dir / name}.md and .png/.json/.raw.json.gz", flush=True)
     if failed:
         print(
             "VERIFICATION FAILED: the incremental views differ from a full rebuild:\n  "

@@ -50,3 +50,23 @@ def test_nothing_cites_a_spec_document_the_repository_does_not_have():
         "that states the rule instead (docs/steps.md, docs/lateness-and-watermark.md, ...):\n"
         + "\n".join(citations)
     )
+
+
+CITED_RESULT = re.compile(r"\bresults/([A-Za-z0-9_.*-]+\.(?:md|json|png|gz))\b")
+
+
+def test_every_cited_benchmark_result_is_in_bench_results():
+    """Results a run replaced leave bench/results for git history (bench/results/README.md);
+    what the code and docs cite as `bench/results/<file>` must still be there."""
+    results = ROOT / "bench" / "results"
+    missing = [
+        f"{file.relative_to(ROOT)}:{number}: results/{name}"
+        for file in searched_files()
+        for number, line in enumerate(file.read_text(errors="replace").splitlines(), 1)
+        for name in CITED_RESULT.findall(line)
+        if not any(results.glob(name))
+    ]
+    assert not missing, (
+        "These lines cite a file bench/results does not hold; cite the run that replaced it, or "
+        "say the file is in git history without the results/ path:\n" + "\n".join(missing)
+    )
