@@ -60,7 +60,7 @@ def placeholder_reads(plan: StepPlan) -> Counter:
     is taken. Key bounds read their change once more, for its MIN and MAX.
     """
     families = []
-    if plan.strategy == "linear":
+    if plan.kind == "linear":
         families.append((plan.change_sql or "", plan.later_change_sql or ""))
         if plan.top_k is not None:
             families.append((plan.top_k.buffer_sql, plan.top_k.later_buffer_sql or ""))

@@ -17,10 +17,12 @@ versions it needed and `dbt run --full-refresh`.
 A read that fails anyway (files deleted by hand, a VACUUM that logged no commit) is retried once
 as a recovery (`lost_history`, step.run_step).
 
-`prepare` and `finish` are the two calls a step's change phase makes (step.compute_step):
-`prepare` decides, after the inputs' commits are known, and swaps in the recompute plan and
-first-step reads; `finish` adds the state rebuild and, for on_schema_change 'ignore', projects
-the change on the model's columns (schema.py).
+`recovery_reasons` tells whether a step must recover, and `recovery_sql` is the change its
+recompute plan computes: the step's plan is decided with them in one place
+(pipeline/plan_choice.decide). `prepare` and `finish` are the two calls a step's change phase
+makes after (step.compute_step): `prepare` records what the step read and swaps in first-step
+reads for a recovery; `finish` adds the state rebuild and, for on_schema_change 'ignore',
+projects the change on the model's columns (schema.py).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from dbt.adapters.streamsql.execution.recovery.faults import (
     lost_history,
 )
 from dbt.adapters.streamsql.execution.result import StepResult
-from dbt.adapters.streamsql.execution.step_state import StepState
+from dbt.adapters.streamsql.execution.step_state import StepChoice, StepState
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
     DIALECT,
@@ -223,18 +225,46 @@ class Adjusted:
     reasons: List[str] = field(default_factory=list)
 
 
-def prepare(
+def recovery_reasons(
     ctx: StepContext, step: StepState, plan: StepPlan, changes: Sequence[InputChange]
-) -> Adjusted:
-    """Before the change is computed: notes what the step record keeps of the inputs and the
-    model's columns, warns of short retentions, and decides whether the step recovers.
+) -> List[str]:
+    """Why the step cannot compute its change from its inputs' changes and recomputes the
+    model instead (plan_choice.decide makes the plan): the reason it is taken again, inputs
+    that cannot be read from where the last step left it, a schema change the model's rows need
+    recomputed for; none when it can. Writes nothing.
 
     Raises:
         StepError: it must recover, but the query is not deterministic.
     """
+    reasons = [step.recover_reason] if step.recover_reason else []
+    for change in changes:
+        fault = input_fault(ctx, change, step.previous)
+        if fault is not None:
+            reasons.append(fault.describe())
+    why = schema_reason(ctx, step, plan, changes)
+    if why:
+        reasons.append(why)
+    function = nondeterministic(step.compiled_sql) if reasons else None
+    if function is not None:
+        raise StepError(
+            f"Model {ctx.model.name}: {'; '.join(reasons)}. The step cannot read that change, "
+            f"and recomputing the model from its inputs would not give the rows its steps "
+            f"gave, because its query calls {function}. Nothing was changed. Run `dbt run "
+            f"--full-refresh --select {ctx.model.name}` to rebuild it from its inputs."
+        )
+    return reasons
+
+
+def prepare(
+    ctx: StepContext, step: StepState, choice: StepChoice, changes: Sequence[InputChange]
+) -> Adjusted:
+    """Before the change is computed, once the step's plan is chosen (`choice`): notes what
+    the step record keeps of the inputs and the model's columns, warns of short retentions,
+    applies a schema change to the model's tables, and for a recovery reads every input in
+    full."""
     previous, record, result = step.previous, step.record, step.result
     now = time.time()
-    query_columns = list(plan.output_columns)
+    query_columns = list(choice.model_plan.output_columns)
     columns = schema.written_columns(ctx, step.schema, previous, query_columns)
     record.input_ids = {c.input.table.name: c.input.table_id for c in changes}
     record.columns = [[c.name, c.data_type] for c in table_after(step, columns)]
@@ -253,52 +283,21 @@ def prepare(
             + ", ".join(c.name for c in query_columns if c.name.lower() not in kept)
             + " are not in the model"
         )
-    reasons = [step.recover_reason] if step.recover_reason else []
-    for change in changes:
-        fault = input_fault(ctx, change, previous)
-        if fault is not None:
-            reasons.append(fault.describe())
-    why = schema_reason(ctx, step, plan, changes)
-    if why:
-        reasons.append(why)
-    function = nondeterministic(step.compiled_sql) if reasons else None
-    if function is not None:
-        raise StepError(
-            f"Model {ctx.model.name}: {'; '.join(reasons)}. The step cannot read that change, "
-            f"and recomputing the model from its inputs would not give the rows its steps "
-            f"gave, because its query calls {function}. Nothing was changed. Run `dbt run "
-            f"--full-refresh --select {ctx.model.name}` to rebuild it from its inputs."
-        )
-    schema.apply(ctx, step.schema, plan)  # after every refusal: the step's first write
-    if not reasons:
-        return Adjusted(padded(plan, columns, ctx), list(changes), columns, query_columns)
-
-    ctx.log(f"{ctx.model.name}: step {record.step} recomputes the model: {'; '.join(reasons)}")
+    schema.apply(ctx, step.schema, choice.model_plan)  # after every refusal: the first write
+    if choice.note:
+        result.notes.append(choice.note)
+    if not choice.recovered:
+        return Adjusted(choice.plan, list(changes), columns, query_columns)
+    ctx.log(f"{ctx.model.name}: step {record.step} recomputes the model: {choice.because}")
     step.first_step = True  # every input is read as of its version now, in full
-    record.recovered = list(reasons)
-    result.notes.append(
-        f"recovered ({'; '.join(reasons)}): recomputed the model from its "
-        "inputs and applied the difference"
-    )
-    recompute = dataclasses.replace(
-        plan,
-        strategy="recompute",
-        change_sql=recovery_sql(ctx, step, plan, columns),
-        output_columns=tuple(columns),
-        aggregate=None,
-        stages=(),
-        bounds=(),
-        later_change_sql=None,
-        monotonic=False,
-        later_monotonic=False,
-    )
+    record.recovered = list(choice.recovered)
     return Adjusted(
-        recompute,
+        choice.plan,
         [InputChange(c.input, None) for c in changes],
         columns,
         query_columns,
-        original=plan,
-        reasons=reasons,
+        original=choice.model_plan,
+        reasons=list(choice.recovered),
     )
 
 
@@ -338,10 +337,10 @@ def table_after(step: StepState, written: Sequence[Column]) -> List[Column]:
     return [c for c in change.table if c.name.lower() not in dropped] + list(change.added)
 
 
-def padded(plan: StepPlan, columns: Sequence[Column], ctx: StepContext) -> StepPlan:
+def padded(plan: StepPlan, columns: Sequence[Column]) -> StepPlan:
     """A recompute plan reads the model's table with the query's columns: under 'ignore', give
     the table the columns it lacks, as NULL (the change is projected on its columns after)."""
-    if plan.strategy != "recompute" or len(columns) == len(plan.output_columns):
+    if plan.kind != "recompute" or len(columns) == len(plan.output_columns):
         return plan
     return dataclasses.replace(
         plan, change_sql=pad_target(plan.change_sql or "", columns, plan.output_columns)
