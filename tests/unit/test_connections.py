@@ -114,15 +114,16 @@ def test_server_errors_and_cancellations_raise(monkeypatch):
 
 
 def test_a_warehouse_dir_uri_is_refused_with_the_setting_to_use():
+    """A URI of no object store (s3a:// and the others are taken: test_object_store.py)."""
     from dbt.adapters.spark.connections import SparkConnectionMethod
     from dbt_common.exceptions import DbtRuntimeError
 
     from dbt.adapters.streamsql.connections import StreamSQLCredentials
 
     credentials = StreamSQLCredentials(
-        schema="s", method=SparkConnectionMethod.SESSION, warehouse_dir="s3a://lake/warehouse"
+        schema="s", method=SparkConnectionMethod.SESSION, warehouse_dir="hdfs://nn/warehouse"
     )
-    with pytest.raises(DbtRuntimeError, match="spark.sql.warehouse.dir: s3a://lake/warehouse"):
+    with pytest.raises(DbtRuntimeError, match="spark.sql.warehouse.dir: hdfs://nn/warehouse"):
         credentials.resolved_warehouse_dir()
 
 

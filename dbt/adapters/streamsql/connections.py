@@ -23,7 +23,7 @@ from dbt.adapters.spark.session import Cursor, SessionConnectionWrapper
 from dbt_common.dataclass_schema import StrEnum
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
-from dbt.adapters.streamsql import warm_server
+from dbt.adapters.streamsql import object_store, warm_server
 from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
 from dbt.adapters.streamsql.execution.engine.sql_session import is_connect_session
 
@@ -66,6 +66,8 @@ class StreamSQLCredentials(SparkCredentials):
     method: SparkConnectionMethod = SparkConnectionMethod.SESSION  # type: ignore[assignment]
     port: Optional[int] = None  # type: ignore[assignment]
     warehouse_dir: Optional[str] = None
+    # With warehouse_dir on an object store: where the metastore and the server's files stay.
+    local_dir: Optional[str] = None
     master: Optional[str] = None
     lock_timeout: int = 600
     # method: session. True: the first dbt command starts a Spark Connect server for the
@@ -102,27 +104,35 @@ class StreamSQLCredentials(SparkCredentials):
         return super().unique_field
 
     def resolved_warehouse_dir(self) -> str:
+        """The warehouse's directory on this machine: `warehouse_dir`, or for one on an object
+        store the directory its metastore and server files keep to (`local_dir`)."""
+        return self._warehouse()[0]
+
+    def _warehouse(self) -> Tuple[str, Optional[str]]:
+        """(the local directory, the tables' URI when they are on an object store)."""
         configured = os.path.expanduser(self.warehouse_dir or DEFAULT_WAREHOUSE_DIR)
-        if "://" in configured:
-            raise DbtRuntimeError(
-                f"warehouse_dir {configured!r} must be a local directory: the embedded Derby "
-                "metastore lives there. To keep the tables on shared storage (a cluster's "
-                "executors write them), set server_side_parameters: "
-                f"{{spark.sql.warehouse.dir: {configured}}} and keep warehouse_dir local."
-            )
-        return os.path.abspath(os.path.join(project_dir(), configured))
+        if "://" not in configured:
+            return os.path.abspath(os.path.join(project_dir(), configured)), None
+        local, tables = object_store.warehouse_location(configured, project_dir())
+        if self.local_dir:
+            local = os.path.join(project_dir(), os.path.expanduser(self.local_dir))
+        return os.path.abspath(local), tables
 
     def session_settings(self) -> SessionSettings:
+        local, tables = self._warehouse()
+        parameters = dict(self.server_side_parameters)
+        if tables is not None:  # the profile's own spark.sql.warehouse.dir wins, as any setting
+            parameters.setdefault(object_store.WAREHOUSE_SETTING, tables)
         return SessionSettings(
-            warehouse_dir=self.resolved_warehouse_dir(),
+            warehouse_dir=local,
             master=self.master or DEFAULT_MASTER,
-            server_side_parameters=dict(self.server_side_parameters),
+            server_side_parameters=parameters,
             lock_timeout=self.lock_timeout,
         )
 
     def _connection_keys(self) -> Tuple[str, ...]:
         if self.method == SparkConnectionMethod.SESSION:
-            return ("method", "schema", "master", "warehouse_dir", "keep_warm")
+            return ("method", "schema", "master", "warehouse_dir", "local_dir", "keep_warm")
         if self.method == SparkConnectionMethod.CONNECT:
             return ("method", "host", "port", "schema", "use_ssl")
         return ("method",) + super()._connection_keys()

@@ -29,6 +29,7 @@ from dbt.adapters.events.logging import AdapterLogger
 from dbt_common.exceptions import DbtRuntimeError
 from filelock import FileLock, Timeout
 
+from dbt.adapters.streamsql import object_store
 from dbt.adapters.streamsql.log_store import (
     LOG_STORE_SETTING,
     cache_dir,
@@ -167,8 +168,10 @@ class SessionSettings:
             "spark.sql.ansi.enabled": "false",
         }
         params = self.server_side_parameters
+        # tables on S3: the S3A connector's jars and settings (none for a local warehouse)
+        conf.update(object_store.s3a_settings({**conf, **params}, os.environ))
         if "spark.jars" not in params and "spark.jars.packages" not in params:
-            coordinate = delta_maven_coordinate()
+            coordinate = self.maven_packages()
             jars = cached_jars(coordinate)
             if jars:  # resolved by an earlier start: the files, without asking Ivy again
                 conf["spark.jars"] = jars
@@ -179,6 +182,14 @@ class SessionSettings:
             conf["spark.jars.ivySettings"] = IVY_SETTINGS
         conf.update(self.server_side_parameters)
         return conf
+
+    def maven_packages(self) -> str:
+        """What the session asks Ivy for when the profile names no jars: Delta, and S3A for a
+        session that uses it (object_store.py)."""
+        tables = {"spark.sql.warehouse.dir": os.path.join(self.warehouse_dir, "tables")}
+        return object_store.maven_packages(
+            delta_maven_coordinate(), {**tables, **self.server_side_parameters}
+        )
 
 
 _session: Any = None
@@ -364,7 +375,7 @@ def _start_session(settings: SessionSettings) -> Any:
             "(docs/configuration.md, 'Without network access to Maven Central').\n"
             f"Spark said: {exc}\nThe end of its output ({log}):\n{output_tail(log)}"
         ) from exc
-    coordinate = delta_maven_coordinate()
+    coordinate = settings.maven_packages()
     if conf.get("spark.jars.packages") == coordinate:  # Ivy resolved it: list what it gave
         remember_jars(coordinate, session)
     session.sparkContext.setLogLevel("ERROR")
