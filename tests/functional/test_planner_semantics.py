@@ -430,7 +430,7 @@ def check_aggregate(spark, sql, plan, old, new, delta_sql=None):
 @pytest.mark.parametrize("sql", LINEAR)
 def test_linear_plans_are_exact(spark, sql):
     plan = plan_step(sql, INPUTS, output_columns(spark, sql))
-    assert plan.strategy == "linear", plan.reason
+    assert plan.kind == "linear", plan.reason
     if " join " in sql and " on " in sql and "left join" not in sql:
         assert plan.bounds, "an inner join's terms are bounded by the change's keys"
     for old, new in scenarios(1):
@@ -544,7 +544,7 @@ def test_a_decimal_average_rounds_as_sparks_avg(spark, data_type):
 @pytest.mark.parametrize("sql", AGGREGATE)
 def test_aggregate_plans_are_exact(spark, sql):
     plan = plan_step(sql, INPUTS, output_columns(spark, sql))
-    assert plan.strategy == "aggregate", plan.reason
+    assert plan.kind == "aggregate", plan.reason
     for old, new in scenarios(2, first_step=False):
         check_aggregate(spark, sql, plan, old, new)
         if plan.aggregate.later_delta_sql is not None:
@@ -554,7 +554,7 @@ def test_aggregate_plans_are_exact(spark, sql):
 @pytest.mark.parametrize("sql", GLOBAL_TOP_K)
 def test_global_top_k_is_exact_from_its_rows_and_over_the_new_inputs(spark, sql):
     plan = plan_step(sql, INPUTS, output_columns(spark, sql))
-    assert plan.strategy == "linear" and "global top-k" in plan.reason, plan.reason
+    assert plan.kind == "linear" and "global top-k" in plan.reason, plan.reason
     gate = plan.bounds[-1].name
     # the step's own choice, then the query's first rows over the new inputs (always exact).
     # A first step's model is empty (the rows from the change alone); deleting everything
@@ -671,7 +671,7 @@ def test_a_deletion_above_the_cut_is_filled_from_the_rows_below_it(spark):
 @pytest.mark.parametrize("sql", RECOMPUTE)
 def test_recompute_plans_are_exact(spark, sql):
     plan = plan_step(sql, INPUTS, output_columns(spark, sql))
-    assert plan.strategy == "recompute", plan.reason
+    assert plan.kind == "recompute", plan.reason
     for old, new in scenarios(3):
         check_change(spark, sql, plan, old, new)
 
@@ -779,7 +779,7 @@ TRICKY = [
 )
 def test_changes_that_flip_matches_are_exact(spark, name, sql, old, new):
     plan = plan_step(sql, INPUTS, output_columns(spark, sql))
-    assert plan.strategy == "linear", plan.reason
+    assert plan.kind == "linear", plan.reason
     check_change(spark, sql, plan, old, new)
     if plan.later_change_sql is not None:
         check_change(spark, sql, plan, old, new, plan.later_change_sql)

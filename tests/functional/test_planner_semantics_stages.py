@@ -275,7 +275,7 @@ def check_step(spark, sql, plan, old, new, states):
     as `take_step` has them; the step is returned, with the states after a first step."""
     first_step = states is None
     step = take_step(spark, plan, old, new, states, keep=first_step)
-    if plan.strategy == "linear":  # every placeholder bound: the harness's own check
+    if plan.kind == "linear":  # every placeholder bound: the harness's own check
         plan = bind_rows_below_the_cut(plan)  # a global top-K's: none (a step without them)
         # the form change.py `linear_change` runs; a first step's bounds `true` (bounds.py)
         form = plan.change_sql
@@ -303,7 +303,7 @@ def check_step(spark, sql, plan, old, new, states):
 def test_plans_with_stages_are_exact(spark, sql, strategy, reason, stages):
     columns = output_columns(spark, sql)  # (the inputs bound, empty, for `describe` too)
     plan = plan_step(sql, INPUTS, columns, lambda select: describe(spark, select))
-    assert plan.strategy == strategy and reason in plan.reason, plan.reason
+    assert plan.kind == strategy and reason in plan.reason, plan.reason
     assert [s.position for s in plan.stages] == list(range(len(INPUTS), len(INPUTS) + stages))
     assert all(c.data_type for s in plan.stages for c in s.columns), plan.stages
     # A first step over the old inputs, then a random change from the state it left (not the

@@ -78,7 +78,7 @@ QUOTED = "select id, s from demo.t where s like '%''%'"
 
 def test_the_fast_path_keeps_a_doubled_quote_as_one_pattern():
     plan = plan_step(QUOTED, INPUTS, COLUMNS)
-    assert plan.strategy == "linear"
+    assert plan.kind == "linear"
     assert "LIKE '%\\'%'" in plan.change_sql
     assert "CONCAT" not in plan.change_sql
 
@@ -91,7 +91,7 @@ def test_a_reading_the_check_finds_different_is_recomputed_with_its_reason():
         return "the planner reads the literal X as Y"
 
     plan = plan_step(QUOTED, INPUTS, COLUMNS, check_meaning=check)
-    assert plan.strategy == "recompute"
+    assert plan.kind == "recompute"
     assert plan.reason == "recompute: the planner reads the literal X as Y"
     sql, rendered = asked[0]
     assert sql == QUOTED
@@ -100,4 +100,4 @@ def test_a_reading_the_check_finds_different_is_recomputed_with_its_reason():
 
 def test_a_reading_the_check_finds_alike_keeps_the_fast_path():
     plan = plan_step(QUOTED, INPUTS, COLUMNS, check_meaning=lambda sql, rendered: None)
-    assert plan.strategy == "linear"
+    assert plan.kind == "linear"

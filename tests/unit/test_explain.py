@@ -268,6 +268,7 @@ def test_next_step_not_run_yet_unchanged_and_failing():
         linear,
         last=record(step=2, input_versions={"s.events": 7}),
         inputs=[InputReading("s.events", 7, 7)],
+        unchanged=True,
     )
     assert "no input changed since step 2: the next run is not a step" in format_explanation(
         unchanged

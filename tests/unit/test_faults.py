@@ -17,6 +17,7 @@ from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import Commit
 from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.explain import explain_model
 from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.pipeline import keys
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
@@ -477,6 +478,10 @@ def test_an_input_created_again_is_recovered_by_a_recompute_from_its_current_ver
     session.create_source("demo.src", SRC)  # dropped and created again: version 0 ...
     session.tables["demo.src"].table_id = "table-2"
     session.append_to("demo.src")  # ... and 1, the version the last step read
+    # explain tells the recovery the step will make, decided by the same function
+    explained = " ".join(explain_model(session, ModelSettings("m", "demo", "m"), query).split())
+    assert "no input changed" not in explained, explained
+    assert "it recovers (demo.src was dropped or replaced and created again" in explained
     start = len(session.statements)
     result = run_step(session, ModelSettings("m", "demo", "m"), query)
     assert result.step == 2 and not result.skipped  # same version number, another table

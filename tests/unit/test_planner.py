@@ -191,7 +191,7 @@ LINEAR_CASES = [
 @pytest.mark.parametrize("sql, columns, reason, monotonic", LINEAR_CASES)
 def test_linear_shapes(sql, columns, reason, monotonic):
     step = plan(sql, *columns)
-    assert step.strategy == "linear"
+    assert step.kind == "linear"
     assert step.reason == reason
     assert step.monotonic is monotonic
     assert step.aggregate is None
@@ -251,7 +251,7 @@ AGGREGATE_CASES = [
 @pytest.mark.parametrize("sql, columns, reason", AGGREGATE_CASES)
 def test_aggregate_shapes(sql, columns, reason):
     step = plan(sql, *columns)
-    assert step.strategy == "aggregate"
+    assert step.kind == "aggregate"
     assert step.reason == reason
     assert step.change_sql is None
     assert step.monotonic is False
@@ -344,7 +344,7 @@ def projection_names(sql: str):
 @pytest.mark.parametrize("sql, construct", RECOMPUTE_CASES)
 def test_recompute_fallbacks(sql, construct):
     step = plan(sql, *projection_names(sql))
-    assert step.strategy == "recompute"
+    assert step.kind == "recompute"
     assert step.reason.startswith("recompute: ")
     assert construct in step.reason
     assert "\n" not in step.reason
@@ -399,7 +399,7 @@ def test_table_reference_keeps_its_alias_or_its_name():
 )
 def test_table_references_match_on_their_last_two_parts(reference):
     step = plan(f"select room from {reference}", "room")
-    assert step.strategy == "linear"
+    assert step.kind == "linear"
     assert table_names(step.change_sql) == {"__streamsql_delta_0__"}
 
 
@@ -579,7 +579,7 @@ def test_hopping_window_group_by_is_parsed():
         "w struct<start:timestamp,end:timestamp>",
         "n bigint",
     )
-    assert step.strategy == "aggregate"
+    assert step.kind == "aggregate"
     assert step.aggregate.state_columns[0].data_type == "struct<start:timestamp,end:timestamp>"
 
 
@@ -591,7 +591,7 @@ def test_group_by_alias_and_ordinal_resolve_to_the_expression():
             "bucket bigint",
             "n bigint",
         )
-        assert step.strategy == "aggregate"
+        assert step.kind == "aggregate"
         assert "_streamsql_g0 AS bucket" in step.aggregate.output_sql
 
 
@@ -599,7 +599,7 @@ def test_having_may_use_aggregates_not_selected():
     step = plan(
         "select room from demo.sensors group by room having max(temp) > 30 and count(*) > 1", "room"
     )
-    assert step.strategy == "aggregate"
+    assert step.kind == "aggregate"
     output = step.aggregate.output_sql
     assert "_streamsql_a0 > 30" in output and "_streamsql_count > 1" in output
     assert "_streamsql_a0" in [c.name for c in step.aggregate.state_columns]
@@ -697,7 +697,7 @@ def test_aggregate_over_a_join_uses_the_join_delta():
         "floor bigint",
         "n bigint",
     )
-    assert step.strategy == "aggregate"
+    assert step.kind == "aggregate"
     assert {
         "__streamsql_delta_0__",
         "__streamsql_new_1__",
@@ -821,7 +821,7 @@ def test_an_aggregate_over_a_full_join_names_it():
         "floor bigint",
         "n bigint",
     )
-    assert step.strategy == "aggregate"
+    assert step.kind == "aggregate"
     assert step.reason == "fast path: group by (count(*)); over full join"
     assert "FULL JOIN" in step.aggregate.delta_sql
 
@@ -843,7 +843,7 @@ def test_a_set_operation_below_the_top_is_a_stage():
         "(select room from demo.sensors intersect select room from demo.rooms where floor > 1)",
         "room",
     )
-    assert step.strategy == "aggregate"
+    assert step.kind == "aggregate"
     assert step.reason == "fast path: except (count); over 1 stage (intersect (count))"
 
 
@@ -931,7 +931,7 @@ def test_global_top_k_is_linear_with_a_gate_on_reading_the_whole_query():
         "room",
         "temp decimal(10,2)",
     )
-    assert step.strategy == "linear", step.reason
+    assert step.kind == "linear", step.reason
     assert step.reason == "fast path: filter, projection, global top-k (limit 3)"
     assert not step.monotonic  # the rows pushed below the cut leave the model
     gate = step.bounds[-1]
@@ -966,7 +966,7 @@ def test_global_top_k_keeps_rows_below_its_cut_only_of_types_text_gives_back_exa
             "room",
             f"temp {data_type}",
         )
-        assert step.strategy == "linear" and step.top_k is None, data_type
+        assert step.kind == "linear" and step.top_k is None, data_type
         assert global_top_k.BUFFER not in step.change_sql
         assert step.change_sql.count("LIMIT 3") == 3, data_type
     wide = plan("select room from demo.sensors order by room limit 500", "room")
@@ -1040,7 +1040,7 @@ def test_global_top_k_over_an_aggregate_makes_the_aggregate_a_stage():
         "room",
         "n bigint",
     )
-    assert step.strategy == "linear", step.reason
+    assert step.kind == "linear", step.reason
     assert [s.name for s in step.stages] == ["stage0"]
     assert "global top-k (limit 5)" in step.reason and "over 1 stage" in step.reason
     assert "ORDER BY `n` DESC NULLS LAST, `room` ASC NULLS FIRST" in step.change_sql
@@ -1051,7 +1051,7 @@ def test_global_top_k_over_a_set_operation_and_by_name_or_position():
         "select room from demo.sensors except select room from demo.rooms order by room limit 3",
         "room",
     )
-    assert step.strategy == "linear", step.reason
+    assert step.kind == "linear", step.reason
     assert len(step.stages) == 1 and "except" in step.stages[0].reason
     by_name = plan("select room as r, ts from demo.sensors order by r limit 2", "r", "ts timestamp")
     by_expression = plan(
@@ -1067,7 +1067,7 @@ def test_global_top_k_over_a_map_column_stays_a_recompute():
         (InputTable("demo.t", (Column("room", "string"), Column("m", "map<string,int>"))),),
         [Column("room", "string"), Column("m", "map<string,int>")],
     )
-    assert step.strategy == "recompute"
+    assert step.kind == "recompute"
     assert "LIMIT over a MAP<STRING,INT> column (m)" in step.reason
     # a map inside a struct cannot be ordered either
     nested = "struct<p:int,q:map<string,int>>"
@@ -1076,7 +1076,7 @@ def test_global_top_k_over_a_map_column_stays_a_recompute():
         (InputTable("demo.t", (Column("room", "string"), Column("s", nested))),),
         [Column("room", "string"), Column("s", nested)],
     )
-    assert step.strategy == "recompute"
+    assert step.kind == "recompute"
     assert f"LIMIT over a {nested.upper()} column (s)" in step.reason
 
 
@@ -1086,7 +1086,7 @@ def test_a_map_group_meets_its_state_by_its_sorted_entries():
         (InputTable("demo.t", (Column("room", "string"), Column("m", "map<string,int>"))),),
         [Column("m", "map<string,int>"), Column("n", "bigint")],
     )
-    assert step.strategy == "aggregate", step.reason
+    assert step.kind == "aggregate", step.reason
     combine = parse(step.aggregate.combine_sql)
     (on,) = [join.args["on"] for join in combine.find_all(exp.Join)]
     assert on.sql("spark") == (

@@ -86,7 +86,7 @@ def stage_sql(stage):
 )
 def test_aggregates_below_the_top_become_stages(sql, columns, strategy, count):
     step = plan(sql, *columns)
-    assert step.strategy == strategy, step.reason
+    assert step.kind == strategy, step.reason
     assert len(step.stages) == count
     assert step.reason.startswith("fast path: ")
     assert f"over {count} stage" in step.reason
@@ -124,7 +124,7 @@ def test_the_top_aggregate_and_projections_over_it_are_not_stages():
         "group by auction) c where room_n > 1",
         "room_n bigint",
     )
-    assert step.strategy == "aggregate"
+    assert step.kind == "aggregate"
     assert step.stages == ()
 
 
@@ -180,7 +180,7 @@ def test_a_stage_that_cannot_be_planned_makes_the_whole_model_recompute():
         "auction bigint",
         "n bigint",
     )
-    assert step.strategy == "recompute"
+    assert step.kind == "recompute"
     assert step.stages == ()
     assert step.reason == "recompute: DISTINCT over an aggregate is not maintained incrementally"
 

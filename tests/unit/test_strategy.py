@@ -60,18 +60,31 @@ def test_a_stateless_step_recomputes_when_its_change_is_as_large_as_its_inputs(
     settings = ModelSettings(name="m", schema="demo", identifier="m", strategy=strategy)
     run_step(session, settings, LINEAR)
     session.append_to("demo.src", size_bytes=change_mib * MIB)
+    # explain decides the next step's plan by the function the step calls (plan_choice.decide)
+    explained = " ".join(explain_model(session, settings, LINEAR).split())
     start = len(session.statements)
     result = run_step(session, settings, LINEAR)
     assert result.plan == "linear"  # the model's plan; the step's choice is a note
     assert reads_the_model_to_diff(session.statements[start:]) == recomputed
     notes = [note for note in result.notes if note.startswith("recomputed this step")]
     assert bool(notes) == recomputed
+    switch = "it recomputes the model instead of running its linear plan (strategy: auto): "
+    weighed = (
+        f"its inputs changed by {change_mib:.1f} MiB, at least 50% of their "
+        f"{input_mib + change_mib:.1f} MiB"
+    )
+    assert (switch + weighed in explained) == recomputed, explained
     if recomputed:
-        assert notes[0] == (
-            f"recomputed this step: its inputs changed by {change_mib:.1f} "
-            f"MiB, at least 50% of their {input_mib + change_mib:.1f} MiB"
-        )
+        assert notes[0] == f"recomputed this step: {weighed}"
         assert result.log_line().endswith(notes[0])
+    elif strategy == "auto":
+        assert (
+            f"it runs the linear plan (strategy: auto): its inputs changed by {change_mib:.1f} "
+            f"MiB of their {input_mib + change_mib:.1f} MiB; it would recompute at 50% of inputs "
+            "of 64.0 MiB or more"
+        ) in explained, explained
+    else:
+        assert "strategy: auto" not in explained, explained
 
 
 def test_a_plan_with_state_keeps_its_plan_whatever_the_change():

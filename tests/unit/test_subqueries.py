@@ -88,7 +88,7 @@ def branches(sql):
 )
 def test_subquery_conditions_become_semi_and_anti_joins(sql, construct, kind):
     step = plan(sql, "id")
-    assert step.strategy == "linear", step.reason
+    assert step.kind == "linear", step.reason
     assert construct in step.reason.split(": ", 1)[1].split(", ")
     assert "derived table" not in step.reason  # the planner's own derived table
     assert step.monotonic is False
@@ -177,7 +177,7 @@ def test_aggregate_subquery_becomes_a_stage():
         "(select customer from demo.orders group by customer having count(*) > 2)",
         "id",
     )
-    assert step.strategy == "linear"
+    assert step.kind == "linear"
     assert step.reason == (
         "fast path: projection, in (subquery); over 1 stage (group by (count(*)))"
     )
@@ -190,7 +190,7 @@ def test_an_aggregate_with_a_subquery_condition_names_it():
         "customer",
         "total",
     )
-    assert step.strategy == "aggregate"
+    assert step.kind == "aggregate"
     assert step.reason == "fast path: group by (sum); over exists"
 
 
@@ -247,5 +247,5 @@ def test_an_aggregate_with_a_subquery_condition_names_it():
 def test_other_subqueries_fall_back_to_recompute(sql, reason):
     names = [p.alias_or_name for p in parse(sql).expressions]
     step = plan(sql, *names)
-    assert step.strategy == "recompute"
+    assert step.kind == "recompute"
     assert reason in step.reason, step.reason

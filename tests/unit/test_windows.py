@@ -103,7 +103,7 @@ def windows(sql):
 )
 def test_top_k_blocks_take_the_fast_path(sql, columns, ranks):
     step = plan(sql, *columns)
-    assert step.strategy == "linear", step.reason
+    assert step.kind == "linear", step.reason
     assert step.reason.startswith("fast path: ")
     assert step.reason.endswith(f"top-k per partition ({ranks})")
     # a new top row pushes an old one out: never appended without netting
@@ -186,7 +186,7 @@ def test_an_aggregate_over_a_top_k_block_reads_its_change():
         "status",
         "n bigint",
     )
-    assert step.strategy == "aggregate"
+    assert step.kind == "aggregate"
     assert step.reason == "fast path: group by (count(*)); over top-k per partition (row_number)"
     delta = step.aggregate.delta_sql
     assert "__streamsql_new_0__" in delta and "__streamsql_old_0__" in delta
@@ -241,7 +241,7 @@ def plan_named(sql: str):
 )
 def test_other_windows_fall_back_to_recompute(sql, reason):
     step = plan_named(sql)
-    assert step.strategy == "recompute"
+    assert step.kind == "recompute"
     assert reason in step.reason, step.reason
 
 
@@ -326,7 +326,7 @@ def test_a_window_over_an_aggregate_makes_the_aggregate_a_stage():
         ),
     ):
         step = plan_named(sql)
-        assert step.strategy == "linear", step.reason
+        assert step.kind == "linear", step.reason
         assert construct in step.reason and step.reason.endswith(
             "over 1 stage (group by (count(*)))"
         )

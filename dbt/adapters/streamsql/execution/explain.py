@@ -2,14 +2,15 @@
 
 `explain_model` asks what a step asks before it writes anything (phases 1 and 2 of step.py): the
 inputs and the versions the next step would read them up to, the model's last step record, the
-plan, the LATENESS and WATERMARK rules, the key a change is merged by. It only reads: DESCRIBE
+plan, the LATENESS and WATERMARK rules, the key a change is merged by; and, from the inputs'
+changes, the plan the next step would run (a recovery, `auto`'s recompute), by the function
+the step decides it with (plan_choice.decide). It only reads: DESCRIBE
 statements, the Delta logs, and the count of the changes WATERMARK holds. `format_explanation`
 turns what it found into the text the operation prints; it and the helpers below it are pure.
 """
 
 from __future__ import annotations
 
-import re
 import textwrap
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
@@ -23,7 +24,16 @@ from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.event_time.emit_final import final_columns, plan_name
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
 from dbt.adapters.streamsql.execution.model import ModelSettings
-from dbt.adapters.streamsql.execution.pipeline import input_views, plan_choice
+from dbt.adapters.streamsql.execution.pipeline import input_views, inputs, plan_choice
+from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
+from dbt.adapters.streamsql.execution.plan_advice import (
+    avoid_partial_recompute,
+    avoid_recompute,
+    is_partial_recompute,
+)
+from dbt.adapters.streamsql.execution.recovery import faults, schema
+from dbt.adapters.streamsql.execution.result import StepResult, human_size
+from dbt.adapters.streamsql.execution.step_state import StepChoice, StepState
 from dbt.adapters.streamsql.planning import global_top_k
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import FAST_PATH, StagePlan, StepPlan
@@ -58,6 +68,11 @@ class Explanation:
     held: Optional[int] = None  # copies WATERMARK holds now (None: no watermark or no table)
     notes: List[str] = field(default_factory=list)
     unique: bool = False  # `key` is the model's unique_key
+    # The plan the next step would run and why (plan_choice.decide, as the step asks it); None
+    # when there is no next step to decide for (not run yet, nothing changed, a problem).
+    choice: Optional[StepChoice] = None
+    # No input changed since the last step (nor was one replaced): the next run is no step.
+    unchanged: bool = False
 
 
 def explain_model(session: SqlSession, model: ModelSettings, compiled_sql: str) -> str:
@@ -107,7 +122,36 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
         pending = model.table_name("__pending")
         if rules.watermark and ctx.delta_log.exists(pending):
             found.held = int(ctx.session.query(held_count(model.pending_table))[0]["n"])
+        # as the step tells a run with nothing to do (step.py, phase 1)
+        versions = {i.table.name: i.version for i in read}
+        found.unchanged = last.unchanged(compiled_sql, versions) and faults.same_tables(last, read)
+        if found.problem is None and not found.unchanged:
+            try:
+                found.choice = next_choice(ctx, decided, compiled_sql, read, last)
+            except StepError as error:
+                found.problem = str(error)
     return found
+
+
+def next_choice(
+    ctx: StepContext,
+    decided: plan_choice.ModelPlan,
+    compiled_sql: str,
+    read: Sequence[InputState],
+    last: StepRecord,
+) -> StepChoice:
+    """The plan the step after `last` would run, decided by the function the step calls
+    (plan_choice.decide), from the same facts: the schema comparison and the inputs' changes."""
+    versions = {i.table.name: i.version for i in read}
+    step = StepState(
+        compiled_sql,
+        last,
+        record=last.next(ctx.run_id, versions),
+        result=StepResult(ctx.model.name, last.step + 1, "", ""),
+        schema=schema.check(ctx, last, decided.output_columns, read),
+    )
+    step.first_step = inputs.first_read(last, read)
+    return plan_choice.decide(ctx, decided, step, inputs.read_changes(ctx, read, last))
 
 
 def held_count(pending_table: str) -> str:
@@ -125,7 +169,7 @@ def format_explanation(found: Explanation) -> str:
     model, plan = found.model, found.plan
     lines = [f"streamsql_explain: {model.name} ({model.table_name()})", ""]
     plan_text = plan_lines(plan, found.rules)
-    if plan_name(plan, model) != plan.strategy:
+    if plan_name(plan, model) != plan.kind:
         plan_text[0] = (
             f"Plan: {plan_name(plan, model)} (emit_final: the model holds only "
             "final groups, each inserted once)"
@@ -154,7 +198,7 @@ def plan_lines(plan: StepPlan, rules: Optional[EventTimeRules] = None) -> List[s
     """The plan, its reason, what is on the fast path and what is recomputed (and how not to).
     `rules`: the model's LATENESS and WATERMARK (none when not given)."""
     rows: List[Tuple[str, str]] = [("reason", plan.reason)]
-    if plan.strategy == "recompute":
+    if plan.kind == "recompute":
         why = plan.reason[len(RECOMPUTE) :] if plan.reason.startswith(RECOMPUTE) else plan.reason
         rows += [
             (
@@ -165,7 +209,7 @@ def plan_lines(plan: StepPlan, rules: Optional[EventTimeRules] = None) -> List[s
             ("recomputed", f"the whole query, because {why}"),
             ("to avoid it", avoid_recompute(why)),
         ]
-        return [f"Plan: {plan.strategy}"] + aligned(rows)
+        return [f"Plan: {plan.kind}"] + aligned(rows)
     top, notes = split_reason(top_reason(plan))
     below = [note for note in notes if not is_partial_recompute(note)]
     rows.append(("fast path", ", ".join([top] + below)))
@@ -214,7 +258,7 @@ def plan_lines(plan: StepPlan, rules: Optional[EventTimeRules] = None) -> List[s
     for note in dict.fromkeys(partial):
         rows.append(("recomputed", note))
         rows.append(("to avoid it", avoid_partial_recompute(note)))
-    return [f"Plan: {plan.strategy}"] + aligned(rows)
+    return [f"Plan: {plan.kind}"] + aligned(rows)
 
 
 def top_reason(plan: StepPlan) -> str:
@@ -233,157 +277,8 @@ def split_reason(reason: str) -> Tuple[str, List[str]]:
     return (parts[0] if parts else reason), parts[1:]
 
 
-def is_partial_recompute(note: str) -> bool:
-    return "recompute" in note
-
-
 def stage_columns(stage: StagePlan) -> str:
     return "columns " + ", ".join(column.name for column in stage.columns)
-
-
-def avoid_partial_recompute(note: str) -> str:
-    if note.startswith("min/max"):
-        return (
-            "a group whose MIN or MAX a deletion (or an update) may have removed is "
-            "recomputed from the inputs; inputs that only gain rows never need it"
-        )
-    advice = (
-        "each group a step touches is recomputed from the inputs for these functions; "
-        "COUNT, SUM, AVG, MIN and MAX are kept from the change alone"
-    )
-    if "count(distinct)" in note:
-        advice += (
-            "; COUNT(DISTINCT x) can be COUNT(*) over a SELECT DISTINCT of the group's "
-            "columns and x in a derived table (a stage)"
-        )
-    return advice
-
-
-# (pattern in the recompute reason, how to stay on a fast path), first match wins
-RECOMPUTE_ADVICE: Tuple[Tuple[str, str], ...] = (
-    (
-        r"^strategy: recompute",
-        "remove the config strategy: recompute (or set it to auto): the planner's plan is then "
-        "used",
-    ),
-    (
-        r"without partition by",
-        "partition the window (PARTITION BY): a step then evaluates only the partitions its "
-        "change touches",
-    ),
-    (
-        r"over a range frame",
-        "give the window a ROWS frame (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW), whose "
-        "ties the step breaks itself",
-    ),
-    (
-        r"window function|named window|window clause|qualify",
-        "windows with a PARTITION BY key in common are maintained (ranks, NTILE, LAG, LEAD, "
-        "COUNT/SUM/AVG/MIN/MAX over any frame, FIRST_VALUE/LAST_VALUE/NTH_VALUE over ROWS), "
-        "written inline in one SELECT without aggregates; compute other window functions in a "
-        "model that is a table, or where the view is read",
-    ),
-    (
-        r"^limit with offset",
-        "drop the OFFSET (ORDER BY ... LIMIT k at the top of the model is maintained) and skip "
-        "the first rows where the view is read",
-    ),
-    (
-        r"^limit without order by",
-        "add an ORDER BY that decides which rows are kept: ORDER BY ... LIMIT k at the top of "
-        "the model is maintained",
-    ),
-    (
-        r"orders by something the query does not select",
-        "select what the ORDER BY orders by too (or order by a selected column's position)",
-    ),
-    (
-        r"^order by .* limit over a",
-        "leave the column out of the model (join it in a model that reads this one)",
-    ),
-    (
-        r"^(limit|offset|fetch) ",
-        "put ORDER BY ... LIMIT k at the top of a model of its own (maintained), keep the top "
-        "rows per partition instead (ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) "
-        "filtered by <= k in the query above it), or apply the LIMIT where the view is read",
-    ),
-    (
-        r"not in \(subquery\) over several columns|correlated not in",
-        "write it as NOT EXISTS correlated by equalities (NOT EXISTS ignores NULLs where NOT IN "
-        "does not: check that they cannot occur)",
-    ),
-    (
-        r"without an equality",
-        "add an equality (= or <=>) between the two sides: to the join's ON, or to the "
-        "subquery's WHERE",
-    ),
-    (
-        r"(in \(subquery\)|exists) other than",
-        "AND the condition into the WHERE clause where that keeps its meaning, or write it as a "
-        "LEFT SEMI / LEFT ANTI JOIN with an equality",
-    ),
-    (
-        r"scalar subquery",
-        "join the subquery instead (a correlated one as a GROUP BY of its correlation keys, "
-        "joined on them): an aggregate in a joined derived table is maintained as a stage",
-    ),
-    (
-        r"nondeterministic function",
-        "compute the value outside the model: in its source, in a model that reads it, or pass a "
-        "constant with var()",
-    ),
-    (
-        r"user-defined function",
-        "use Spark's built-in functions, or apply the function where the view is read",
-    ),
-    (r"parenthesized join", "write the joins one after another, without parentheses"),
-    (
-        r"^(intersect|except).* repeat a column name",
-        "give each column of both sides a name of its own (`select a, a as a2 ...`)",
-    ),
-    (r"group by all", "list the GROUP BY expressions"),
-    (
-        r"grouping sets|rollup|cube",
-        "move the ROLLUP / CUBE / GROUPING SETS to the top block of the model (a model of its "
-        "own), where each grouping set is a stage; or one GROUP BY per grouping, as a UNION ALL",
-    ),
-    (r"distinct on", "use ROW_NUMBER() OVER (PARTITION BY ...) = 1 in the query above it"),
-    (
-        r"distinct over an aggregate",
-        "drop the DISTINCT (a GROUP BY's rows are distinct already) or apply it in a model that "
-        "reads this one",
-    ),
-    (
-        r"merges rows across changes",
-        "use window() (tumbling or hopping windows), which are maintained",
-    ),
-    (
-        r"listagg|string_agg",
-        "collect_list() (recomputed for changed groups only) with array_join() in a projection "
-        "above it",
-    ),
-    (
-        r"below the top of the query",
-        "move the block into a derived table or CTE that the rest of the query joins or "
-        "aggregates: it is then maintained as a stage",
-    ),
-    (r"reads no input", "the query reads no table, so no step ever changes it"),
-    (r"sqlglot cannot parse", "rewrite the construct that sqlglot's Spark dialect cannot parse"),
-    (
-        r"tablesample|pivot|time travel|lateral subquery|recursive cte",
-        "it has no incremental form: a model that must be rebuilt each run costs less as a table "
-        "(no diff)",
-    ),
-)
-
-
-def avoid_recompute(why: str) -> str:
-    """How to keep a model on a fast path, for the construct a recompute plan names."""
-    lowered = why.lower()
-    for pattern, advice in RECOMPUTE_ADVICE:
-        if re.search(pattern, lowered):
-            return advice
-    return "see docs/sql-support.md for what the fast paths maintain"
 
 
 def table_rows(
@@ -524,13 +419,39 @@ def next_step_lines(found: Explanation) -> List[str]:
     lines = [f"SQL: the same as step {last.step}'s (fingerprint {found.fingerprint})"]
     if last.plan and last.plan != plan_name(found.plan, found.model):
         lines.append(f"step {last.step} ran a {last.plan} plan ({last.reason})")
-    if all(r.last_version == r.next_version for r in found.inputs):
+    if found.unchanged:
         lines.append(
             f"no input changed since step {last.step}: the next run is not a step (nothing to do)"
         )
     else:
         lines.append(f"step {last.step + 1} reads the inputs' changes listed above")
+        if found.choice is not None:
+            lines += choice_lines(found.choice, found.model)
     return lines
+
+
+def choice_lines(choice: StepChoice, model: ModelSettings) -> List[str]:
+    """What the next step runs, when that is not simply the model's plan, and what `auto`
+    weighed to decide it."""
+    kind = choice.model_plan.kind
+    if choice.recovered:
+        return [
+            f"it recovers ({choice.because}): it recomputes the model from its inputs and "
+            "applies the difference, instead of reading the inputs' changes"
+        ]
+    if choice.because:
+        return [
+            f"it recomputes the model instead of running its {kind} plan (strategy: auto): "
+            f"{choice.because}"
+        ]
+    if choice.change_bytes is None or choice.input_bytes is None:
+        return []
+    return [
+        f"it runs the {kind} plan (strategy: auto): its inputs changed by "
+        f"{human_size(choice.change_bytes)} of their {human_size(choice.input_bytes)}; it "
+        f"would recompute at {plan_choice.RECOMPUTE_SHARE:.0%} of inputs of "
+        f"{human_size(plan_choice.MIN_INPUT_BYTES)} or more"
+    ]
 
 
 def aligned(rows: Sequence[Tuple[str, str]]) -> List[str]:

@@ -25,7 +25,7 @@ class StepResult:
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     seconds: float = 0.0
     skipped: bool = False  # nothing changed in the inputs since the last step
-    # How this step computed the model's change: the plan's strategy ("linear", "aggregate"),
+    # How this step computed the model's change: the plan's kind ("linear", "aggregate"),
     # or "recompute" where the step recomputed instead (strategy: auto, a recovery); "" for a
     # run that was not a step.
     computed: str = ""

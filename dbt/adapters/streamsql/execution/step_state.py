@@ -1,5 +1,7 @@
 """One step in flight: the record it builds on, the record it writes, and what it learned.
 
+`StepChoice` is the plan the step runs and why, as pipeline/plan_choice.decide chose it.
+
 `StepContext` (context.py) is where a step runs: the model, the SQL session, the views and
 bindings, the Delta log. `StepState` is what one step knows and decides as it goes: the step it
 follows (`previous`), the record it will commit (`record`), what it reports (`result`), what it
@@ -11,11 +13,12 @@ phase after; each field below says which phase sets it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.commit.writes import StepWrites
 from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.planning.plan import StepPlan
 
 
 @dataclass
@@ -47,3 +50,31 @@ class StepState:
     # known once the inputs' changes are read: the pass that computes the change measures them
     # too. Empty: the commit queries them (commit/protocol.py).
     change_measures: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """The plan one step runs, and why: what pipeline/plan_choice.decide returns."""
+
+    plan: StepPlan  # what the step computes its change with
+    # The model's own plan (plan_choice.ModelPlan.plan), which its tables follow.
+    model_plan: StepPlan
+    # Why the step runs a recompute instead of the model's plan, as a clause ("its inputs
+    # changed by ..."); "" when it runs the model's plan.
+    because: str = ""
+    # A recovery's reasons (recovery/lost_history.py): the step reads every input in full.
+    recovered: Tuple[str, ...] = ()
+    # What `auto` weighed, in bytes (the inputs' change, the inputs' size); None where it
+    # weighed nothing (another strategy, a plan with state, a first step, sizes unknown).
+    change_bytes: Optional[int] = None
+    input_bytes: Optional[int] = None
+
+    @property
+    def note(self) -> str:
+        """The step line's note on the choice; "" when the step runs the model's plan."""
+        if self.recovered:
+            return (
+                f"recovered ({self.because}): recomputed the model from its inputs and applied "
+                "the difference"
+            )
+        return f"recomputed this step: {self.because}" if self.because else ""

@@ -208,7 +208,7 @@ class GlobalTopKPlan:
 
 @dataclass(frozen=True)
 class StepPlan:
-    strategy: str  # "linear" | "aggregate" | "recompute"
+    kind: str  # "linear" | "aggregate" | "recompute": how the plan computes a change
     reason: str  # one line for the step log, e.g. "fast path: filter, projection" or
     # "recompute: window function ROW_NUMBER is not maintained incrementally"
     inputs: Tuple[InputTable, ...]

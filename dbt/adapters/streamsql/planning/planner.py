@@ -148,7 +148,7 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
         result = planner.plan(tree, output_columns)
         return _final_stages(
             StepPlan(
-                strategy="aggregate",
+                kind="aggregate",
                 reason=result.reason + stage_note,
                 inputs=inputs,
                 output_columns=output_columns,
@@ -188,7 +188,7 @@ def _fast_plan(tree: exp.Query, inputs, output_columns, describe: Optional[Descr
     constructs += sorted(c for c in builder.constructs if c not in _CONSTRUCT_ORDER)
     return _final_stages(
         StepPlan(
-            strategy="linear",
+            kind="linear",
             reason=FAST_PATH + ", ".join(constructs) + stage_note,
             inputs=inputs,
             output_columns=output_columns,
@@ -312,22 +312,32 @@ def _name_outputs(tree: exp.Expression, names: Sequence[str]) -> None:
 
 
 def recompute_plan(
-    sql: str, inputs: Sequence[InputTable], output_columns: Sequence[Column], why: str
+    sql: str,
+    inputs: Sequence[InputTable],
+    output_columns: Sequence[Column],
+    why: str,
+    change_sql: Optional[str] = None,
 ) -> StepPlan:
-    """The recompute plan of a model whatever its shape (a config or a step chose it), `why`
-    being the reason the step log gives."""
-    try:
-        query: Optional[exp.Query] = parse_query(sql)
-    except RecomputeRequired:
-        query = None
-    return _recompute(sql, query, tuple(inputs), tuple(output_columns), why)
+    """The one constructor of a recompute plan, whatever chose it (the planner, a config, a
+    step's choice, a recovery); `why` is the reason the step log gives.
+
+    `change_sql`: the change, when it is not the query over the new inputs minus the model's
+    table (planning/recompute.py); a recovery's adds what LATENESS and WATERMARK set aside."""
+    if change_sql is None:
+        try:
+            query: Optional[exp.Query] = parse_query(sql)
+        except RecomputeRequired:
+            query = None
+        change_sql = recompute_change_sql(sql, query, tuple(inputs), tuple(output_columns))
+    return StepPlan(
+        kind="recompute",
+        reason=f"recompute: {why}",
+        inputs=tuple(inputs),
+        output_columns=tuple(output_columns),
+        change_sql=change_sql,
+    )
 
 
 def _recompute(sql, query, inputs, output_columns, why: str) -> StepPlan:
-    return StepPlan(
-        strategy="recompute",
-        reason=f"recompute: {why}",
-        inputs=inputs,
-        output_columns=output_columns,
-        change_sql=recompute_change_sql(sql, query, inputs, output_columns),
-    )
+    change_sql = recompute_change_sql(sql, query, inputs, output_columns)
+    return recompute_plan(sql, inputs, output_columns, why, change_sql)

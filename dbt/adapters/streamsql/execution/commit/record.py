@@ -80,7 +80,7 @@ class StepRecord:
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     max_seen: Dict[str, Optional[str]] = field(default_factory=dict)
     watermark_seen: Dict[str, Optional[str]] = field(default_factory=dict)
-    # The plan's strategy and reason, so that a run with nothing to do can say them without
+    # The plan's kind and reason, so that a run with nothing to do can say them without
     # planning ("" in records written before they were kept).
     plan: str = ""
     reason: str = ""

@@ -261,7 +261,7 @@ def require_state_tables(ctx: StepContext, plan: StepPlan, previous: StepRecord)
         )
     if any(name not in previous.state_tables for name in names):
         raise StepError(
-            f"Model {ctx.model.name} is now maintained by a {plan.strategy} plan "
+            f"Model {ctx.model.name} is now maintained by a {plan.kind} plan "
             f"({plan.reason}) that keeps per-group state its table was not built with (it "
             f"was last stepped by another plan, e.g. under an earlier dbt-streamsql). Run "
             f"`dbt run --full-refresh --select {ctx.model.name}` once to rebuild it."

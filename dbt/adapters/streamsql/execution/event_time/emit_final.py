@@ -56,9 +56,9 @@ class EmitFinalConfigError(StepError):
 
 def plan_name(plan: StepPlan, model: ModelSettings) -> str:
     """The plan as the step line and the step record name it."""
-    if model.emit_final and plan.strategy == "aggregate":
+    if model.emit_final and plan.kind == "aggregate":
         return PLAN_NAME
-    return plan.strategy
+    return plan.kind
 
 
 def final_columns(
@@ -76,12 +76,12 @@ def final_columns(
         return []
     name = model.name
     aggregate = plan.aggregate
-    if plan.strategy != "aggregate" or aggregate is None:
+    if plan.kind != "aggregate" or aggregate is None:
         why = (
             "its plan is a recompute (`strategy: recompute`, or SQL the planner cannot "
             "maintain incrementally)"
-            if plan.strategy == "recompute"
-            else f"it is not an aggregate (its plan is {plan.strategy})"
+            if plan.kind == "recompute"
+            else f"it is not an aggregate (its plan is {plan.kind})"
         )
         raise EmitFinalConfigError(
             f"Model {name}: config emit_final applies to an aggregate grouped by a window or a "

@@ -168,6 +168,11 @@ class InputChange:
     rewritten: bool = False
 
 
+def first_read(previous: StepRecord, read: Sequence[InputState]) -> bool:
+    """Whether a step after `previous` reads every input of `read` in full (none read yet)."""
+    return all(previous.input_versions.get(i.table.name) is None for i in read)
+
+
 def read_changes(
     ctx: StepContext, read: Sequence[InputState], previous: StepRecord
 ) -> List[InputChange]:

@@ -1,11 +1,15 @@
 """Which plan a step runs: the one place that decides it.
 
-`model_plan` decides what every step of the model runs, before a step reads any change: the
-planner's plan under the model's `strategy` config, the LATENESS and WATERMARK rules on the
-query's columns, and the key a change is merged by (`unique_key`, or an aggregate's groups).
-The step, the roll forward of a step a crash interrupted, and `streamsql_explain` all ask it.
-`chosen` and the recovery (lost_history.prepare) may then replace the plan for one step, from
-what that step's change turned out to be.
+Two calls, made in this order by the step (pipeline/step.py), by the roll forward of a step a
+crash interrupted, and by `streamsql_explain`, so that what explain prints is what the run does:
+
+- `model_plan`, before a step reads any change: the model's plan, which its tables follow (the
+  planner's plan under the model's `strategy` config), the LATENESS and WATERMARK rules on the
+  query's columns, and the key a change is merged by (`unique_key`, or an aggregate's groups).
+- `decide`, once the step knows its inputs' changes: the plan this step runs, with why. In
+  order: a recovery (an input that cannot be read from where the last step left it, or a schema
+  change the model's rows need recomputed for: recovery/lost_history.py) recomputes the model
+  from its inputs; under `auto` a large change recomputes; otherwise the model's plan runs.
 
 The planner gives the model's plan. `strategy: recompute` replaces it by the recompute plan
 (the model's query over its inputs, diffed with its table) for every step; `strategy:
@@ -15,11 +19,14 @@ much as they hold (RECOMPUTE_SHARE of their bytes or more: a reload, a rewrite):
 incremental plan reads and nets a change the size of the inputs, where a recompute reads them
 once. Both write only the difference to the model, so its change feed is the same either way.
 A plan with state keeps its plan: its state tables must follow every step. The choice, and
-the two sizes it was made on, go into the step line.
+the two sizes it was made on, go into the step line and into explain's "Next step".
+
+Every recompute plan, whichever of these chose it, is made by planner.recompute_plan.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -28,8 +35,9 @@ from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, ev
 from dbt.adapters.streamsql.execution.pipeline import inputs, keys
 from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
 from dbt.adapters.streamsql.execution.pipeline.meaning import Meaning
+from dbt.adapters.streamsql.execution.recovery import lost_history, schema
 from dbt.adapters.streamsql.execution.result import human_size
-from dbt.adapters.streamsql.execution.step_state import StepState
+from dbt.adapters.streamsql.execution.step_state import StepChoice, StepState
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step, recompute_plan
 
@@ -99,7 +107,7 @@ def planned(
     output_columns: Sequence[Column],
 ) -> StepPlan:
     """The model's plan as its `strategy` config has it."""
-    if ctx.model.strategy != "recompute" or plan.strategy == "recompute":
+    if ctx.model.strategy != "recompute" or plan.kind == "recompute":
         return plan
     return recompute_plan(
         compiled_sql,
@@ -109,32 +117,61 @@ def planned(
     )
 
 
-def chosen(
-    ctx: StepContext, step: StepState, plan: StepPlan, changes: Sequence[InputChange]
-) -> StepPlan:
-    """The plan this step runs: `plan`, or under `auto` a recompute when the change is about as
-    large as the inputs (see the module docstring); the choice goes into the step's notes."""
-    if ctx.model.strategy != "auto" or plan.strategy != "linear" or plan.stages or step.first_step:
-        return plan
-    change_bytes = _total(change.size_bytes for change in changes)
-    input_bytes = _total(change.input.size_bytes for change in changes)
+def decide(
+    ctx: StepContext, decided: ModelPlan, step: StepState, changes: Sequence[InputChange]
+) -> StepChoice:
+    """The plan step `step` runs, given its inputs' `changes` (inputs.read_changes): a recovery,
+    `auto`'s recompute of a large change, or the model's plan (see the module docstring).
+
+    Writes nothing, so that explain asks it as the step does.
+
+    Raises:
+        StepError: the step must recover, but recomputing the query would not give the rows
+            its steps gave (a nondeterministic function).
+    """
+    model_plan = decided.plan
+    columns = schema.written_columns(ctx, step.schema, step.previous, model_plan.output_columns)
+    reasons = lost_history.recovery_reasons(ctx, step, model_plan, changes)
+    if reasons:
+        because = "; ".join(reasons)
+        recovery = recompute_plan(
+            step.compiled_sql,
+            model_plan.inputs,
+            columns,
+            because,
+            change_sql=lost_history.recovery_sql(ctx, step, model_plan, columns),
+        )
+        return StepChoice(recovery, model_plan, because, recovered=tuple(reasons))
+    choice = StepChoice(model_plan, model_plan)
     if (
-        change_bytes is None
-        or input_bytes is None
-        or input_bytes < MIN_INPUT_BYTES
-        or change_bytes < RECOMPUTE_SHARE * input_bytes
+        ctx.model.strategy == "auto"
+        and model_plan.kind == "linear"
+        and not model_plan.stages
+        and not step.first_step
     ):
-        return plan
-    step.result.notes.append(
-        f"recomputed this step: its inputs changed by {human_size(change_bytes)}, at least "
-        f"{RECOMPUTE_SHARE:.0%} of their {human_size(input_bytes)}"
-    )
-    return recompute_plan(
-        step.compiled_sql,
-        [c.input.table for c in changes],
-        plan.output_columns,
-        "the inputs' change is as large as the inputs",
-    )
+        change_bytes = _total(change.size_bytes for change in changes)
+        input_bytes = _total(change.input.size_bytes for change in changes)
+        choice = dataclasses.replace(choice, change_bytes=change_bytes, input_bytes=input_bytes)
+        if (
+            change_bytes is not None
+            and input_bytes is not None
+            and input_bytes >= MIN_INPUT_BYTES
+            and change_bytes >= RECOMPUTE_SHARE * input_bytes
+        ):
+            because = (
+                f"its inputs changed by {human_size(change_bytes)}, at least "
+                f"{RECOMPUTE_SHARE:.0%} of their {human_size(input_bytes)}"
+            )
+            recompute = recompute_plan(
+                step.compiled_sql,
+                model_plan.inputs,
+                model_plan.output_columns,
+                "the inputs' change is as large as the inputs",
+            )
+            choice = dataclasses.replace(choice, plan=recompute, because=because)
+    # under on_schema_change 'ignore' a recompute reads the model's table with the query's
+    # columns: the table gets those it lacks, as NULL
+    return dataclasses.replace(choice, plan=lost_history.padded(choice.plan, columns))
 
 
 def _total(values) -> Optional[int]:

@@ -70,7 +70,7 @@ from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
 from dbt.adapters.streamsql.execution.result import StepResult
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.errors import PlanningError
-from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
+from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 # How Delta says that another transaction's commit conflicts with this run's write (Delta's
 # transaction conflicts, SQLSTATE 2D521: DELTA_CONCURRENT_*, DELTA_METADATA_CHANGED and
@@ -256,7 +256,7 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
     # 3. the change, and 4. event time
     columns = schema.written_columns(ctx, step.schema, previous, plan.output_columns)
     key = decided.key
-    model_change = compute_step(ctx, step, plan, read, rules, (columns, key))
+    model_change = compute_step(ctx, step, decided, read, (columns, key))
 
     # 5. the commit
     keys.check_unique(ctx, model_change, columns, decided.unique and key, step.record.step)
@@ -267,27 +267,27 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
 def compute_step(
     ctx: StepContext,
     step: StepState,
-    plan: StepPlan,
+    decided: plan_choice.ModelPlan,
     read: Sequence[InputState],
-    rules: EventTimeRules,
     committed_as: Optional[Tuple[Sequence[Column], Optional[Sequence[str]]]] = None,
 ) -> ModelChange:
     """Phases 3 and 4: the model's change from the inputs' changes since the step's previous
     one; what the step writes besides goes into `step.writes`. Nothing is written (every read
-    is pinned to a version: commit/protocol.py). `committed_as`: the columns and key the commit
-    writes the change with, so that the pass computing the change also measures what the
-    commit needs of it (`StepState.change_measures`)."""
-    previous = step.previous
-    step.first_step = all(previous.input_versions.get(i.table.name) is None for i in read)
+    is pinned to a version: commit/protocol.py) but a schema change to the model's tables.
+    `committed_as`: the columns and key the commit writes the change with, so that the pass
+    computing the change also measures what the commit needs of it
+    (`StepState.change_measures`)."""
+    previous, rules = step.previous, decided.rules
+    step.first_step = inputs.first_read(previous, read)
     if committed_as is not None:
         step.change_measures = bounds.change_measures(*committed_as, step.first_step)
-    final = emit_final.final_columns(ctx.model, plan, rules.lateness, rules.watermark)
+    final = emit_final.final_columns(ctx.model, decided.plan, rules.lateness, rules.watermark)
     changes = inputs.read_changes(ctx, read, previous)
-    # an input that cannot be read from where the last step left it: a recompute
-    adjusted = recovery.prepare(ctx, step, plan, changes)
+    # the plan this step runs: the model's, or a recompute (a recovery, `auto`)
+    choice = plan_choice.decide(ctx, decided, step, changes)
+    adjusted = recovery.prepare(ctx, step, choice, changes)
     plan, changes = adjusted.plan, adjusted.changes
-    plan = plan_choice.chosen(ctx, step, plan, changes)  # or a recompute, under `auto`
-    step.result.computed = plan.strategy
+    step.result.computed = plan.kind
     removals = inputs.bind_inputs(ctx, changes, step.result, change.placeholder_reads(plan))
     step.inserts_only = removals == 0
 
@@ -296,10 +296,10 @@ def compute_step(
         removals, state_write = change.stage_change(ctx, step, plan, stage, rules.lateness)
         step.inserts_only = step.inserts_only and removals == 0
         step.writes.state.append(state_write)
-    if plan.strategy == "aggregate":
+    if plan.kind == "aggregate":
         model_change, state_write = change.aggregate_change(ctx, step, plan, rules.lateness)
         step.writes.state.append(state_write)
-    elif plan.strategy == "linear":
+    elif plan.kind == "linear":
         keep_buffer = not (rules.lateness or rules.watermark)
         model_change = change.linear_change(ctx, step, plan, keep_buffer)
     else:
@@ -361,7 +361,7 @@ def finish_step(
                 for item in inputs.describe_inputs(ctx, compiled_sql)
             ]
             decided = plan_choice.model_plan(ctx, compiled_sql, read, last.meaning_checked)
-            compute_step(ctx, step, decided.plan, read, decided.rules)
+            compute_step(ctx, step, decided, read)
         write_side_tables(ctx, step.writes, previous, last)
     finally:
         ctx.views.drop_all()
