@@ -1,4 +1,5 @@
-"""The shape of dbt/: no import cycle between the package's modules, no module over 600 lines.
+"""The shape of dbt/: no import cycle between the package's modules, no module over 600 lines, no
+function over 7 parameters.
 
 Imports are read from the source (ast), every one of them: at module level, inside functions and
 under `if TYPE_CHECKING:`, because a cycle hidden in a function is still a cycle in the design.
@@ -133,3 +134,33 @@ def test_no_import_cycle_in_the_package():
 def test_no_module_is_over_600_lines(name):
     lines = len(package_modules()[name].read_text().splitlines())
     assert lines <= MAX_LINES, f"{name} has {lines} lines: split it by concern"
+
+
+MAX_PARAMETERS = 7
+
+
+def parameter_count(node: ast.AST) -> int:
+    """A function's parameters, a method's `self` or `cls` not counted."""
+    args = node.args  # type: ignore[attr-defined]
+    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return len(names)
+
+
+def test_the_parameter_counter_counts():
+    tree = ast.parse("def f(a, b=1, *c, d, **e): pass\nclass K:\n    def m(self, a): pass")
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    assert [parameter_count(f) for f in functions] == [5, 1]
+
+
+def test_no_function_takes_more_than_seven_parameters():
+    """More than a handful of arguments asks for an object that names them (STYLE.md)."""
+    over = []
+    for name, path in package_modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), name)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if parameter_count(node) > MAX_PARAMETERS:
+                    over.append(f"{name}.{node.name} ({parameter_count(node)})")
+    assert not over, "functions with more than 7 parameters: " + ", ".join(over)

@@ -52,7 +52,7 @@ from dbt.adapters.streamsql.execution.pipeline.bounds import (
     key_columns,
     ranges_from,
 )
-from dbt.adapters.streamsql.execution.result import WRITE_REWRITE, StepResult
+from dbt.adapters.streamsql.execution.result import WRITE_REWRITE
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import Column
 
@@ -140,10 +140,8 @@ def commit_step(
             else [live, appended + write.groups.count, steps + 1]
         )
     ctx.checkpoint("before_commit")
-    bounds = late.target_bounds(lateness, previous.waterline)
-    commit_model(
-        ctx, change, columns, result, record, bounds, key, ranges, first=previous.step == 0
-    )
+    bounds = late.target_bounds(lateness, previous.waterline) + list(ranges)
+    commit_model(ctx, step, change, columns, key, bounds)
     ctx.checkpoint("after_commit")
     write_side_tables(ctx, writes, previous, record)
     result.waterline = dict(record.waterline)
@@ -279,26 +277,25 @@ def rewrite_whole(ctx: StepContext, columns: Sequence[Column]) -> bool:
 
 def commit_model(
     ctx: StepContext,
+    step: StepState,
     change: ModelChange,
     columns: Sequence[Column],
-    result: StepResult,
-    record: StepRecord,
-    target_bounds: Sequence[str] = (),
     key: Optional[Sequence[str]] = None,
-    key_ranges: Sequence[str] = (),
-    first: bool = False,
+    bounds: Sequence[str] = (),
 ) -> None:
-    """The model's change and the step record, in one idempotent Delta commit.
+    """The model's change and `step`'s record, in one idempotent Delta commit.
 
     A blind INSERT when nothing is deleted (the change as it is when it only appends: its
     commit counts it); a MERGE by key for a model that holds one row per key; otherwise a MERGE
     that matches whole rows (`model_writes.merge_change`); a metadata-only commit when nothing
-    changes. Then checks that the commit is this run's. `key_ranges`: predicates over the model
-    (alias `t`) that every key of the change meets, for a MERGE by key.
+    changes. Then checks that the commit is this run's. `bounds`: predicates over the model
+    (alias `t`) that every row the change touches meets (the rows LATENESS keeps open, the
+    change's key ranges), for a MERGE.
 
     The change a MERGE by key reads is checkpointed already in the embedded session: Delta need
     not copy it again first (`MATERIALIZE_SOURCE`).
     """
+    result, record, first = step.result, step.record, step.previous.step == 0
     target, net = ctx.model.target, change.relation
     keys = key_columns(columns, key)
     settings: List[Tuple[str, str]] = []
@@ -318,15 +315,11 @@ def commit_model(
         result.write = WRITE_REWRITE
         role = f"rewrite the model {target} whole (under {REWRITE_BYTES // 2**20} MiB)"
     elif result.deleted and key is not None:
-        statement = model_writes.merge_by_key(
-            target, net, columns, key, list(target_bounds) + list(key_ranges)
-        )
+        statement = model_writes.merge_by_key(target, net, columns, key, list(bounds))
         settings += no_copy
         role = f"MERGE the change into the model {target}, by key"
     elif result.deleted:
-        statement = model_writes.merge_change(
-            target, net, columns, list(target_bounds) + list(key_ranges)
-        )
+        statement = model_writes.merge_change(target, net, columns, list(bounds))
         role = f"MERGE the change into the model {target}"
     elif result.inserted and first and keys:
         # An aggregate's first rows, sorted by key like its state: later MERGEs by key skip

@@ -65,41 +65,46 @@ def state_before(table: str, step: int, aggregate: AggregatePlan) -> str:
     return state if step > 0 else f"SELECT * FROM ({state}) AS {GROUP_ALIAS} WHERE false"
 
 
-def changed_groups(
-    ctx: StepContext,
-    label: str,
-    aggregate: AggregatePlan,
-    state: str,
-    first_step: bool,
-    inserts_only: bool,
-    lateness: Sequence[late.LatenessRule] = (),
-    waterline: Optional[Mapping[str, Optional[str]]] = None,
-    state_empty: bool = False,
-    dropped_below: Optional[Mapping[str, str]] = None,
-    group_outputs: Optional[Sequence[Tuple[str, str]]] = None,
-) -> ChangedGroups:
-    """Group delta, state before the step, and the old and new state of changed groups.
+@dataclass(frozen=True)
+class StateRead:
+    """How a step reads an aggregate's state for its changed groups (`changed_groups`)."""
 
-    `state` is the SELECT of the whole state before the step (`state_before`); only the part
-    the changed groups' key ranges reach is read, narrowed further by the LATENESS rules whose
-    column the group decides (`final_group_bounds`). `first_step`, `inserts_only`: the step's
-    (step_state.py). `state_empty`: `state` is the empty state before a first step.
-    `dropped_below`: per lateness column, the value below which final groups' state was dropped
-    (tables.dropped_groups). `group_outputs`: the model columns LATENESS judges that the
-    aggregate's groups decide, with their SQL over a state row; by default its own
-    (`AggregatePlan.group_outputs`), a stage's are those the model carries
-    (tables.lateness_outputs).
+    # The SELECT of the whole state before the step (`state_before`); only the part the changed
+    # groups' key ranges reach is read, narrowed further by the LATENESS rules whose column
+    # the group decides (`final_group_bounds`).
+    state: str
+    first_step: bool  # the step's (step_state.py)
+    inserts_only: bool  # the step's, so far (step_state.py)
+    lateness: Sequence[late.LatenessRule] = ()
+    waterline: Optional[Mapping[str, Optional[str]]] = None  # the previous step's
+    state_empty: bool = False  # `state` is the empty state before a first step
+    # Per lateness column, the value below which final groups' state was dropped
+    # (tables.dropped_groups).
+    dropped_below: Optional[Mapping[str, str]] = None
+    # The model columns LATENESS judges that the aggregate's groups decide, with their SQL over
+    # a state row; None: its own (`AggregatePlan.group_outputs`); a stage's are those the
+    # model carries (tables.lateness_outputs).
+    group_outputs: Optional[Sequence[Tuple[str, str]]] = None
+
+
+def changed_groups(
+    ctx: StepContext, label: str, aggregate: AggregatePlan, read: StateRead
+) -> ChangedGroups:
+    """Group delta, state before the step, and the old and new state of changed groups, the
+    state read as `read` says.
 
     Raises:
-        DroppedStateReached: the change reaches a group below `dropped_below`, whose state
-            before the step is no longer there to tell what the change did.
+        DroppedStateReached: the change reaches a group below `read.dropped_below`, whose
+            state before the step is no longer there to tell what the change did.
     """
-    delta_sql = aggregate.delta_form(first_step, inserts_only)
+    state, first_step, state_empty = read.state, read.first_step, read.state_empty
+    group_outputs, dropped_below = read.group_outputs, read.dropped_below
+    delta_sql = aggregate.delta_form(first_step, read.inserts_only)
     bind_bounds(ctx, aggregate.bounds, delta_sql, first_step)
     who = aggregate_name(label)
     reads = ctx.bindings.reads(delta_sql)
     outputs = aggregate.group_outputs if group_outputs is None else group_outputs
-    final = late.final_group_columns(lateness, waterline or {}, outputs)
+    final = late.final_group_columns(read.lateness, read.waterline or {}, outputs)
     # (no FILTER clause: Spark refuses one in measures computed with the pass; collect_set
     # leaves out the NULLs of the other rows)
     touched = {

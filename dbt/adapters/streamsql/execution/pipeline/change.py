@@ -29,6 +29,7 @@ from dbt.adapters.streamsql.execution.event_time import emit_final as emit
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
 from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
+    StateRead,
     changed_groups,
     group_columns,
     output_change,
@@ -101,17 +102,7 @@ def stage_change(
     check_lines(dropped, lateness, outputs)
     state = state_before(table, previous.step, aggregate)
     groups = changed_groups(
-        ctx,
-        label,
-        aggregate,
-        state,
-        step.first_step,
-        step.inserts_only,
-        lateness,
-        previous.waterline,
-        state_empty=previous.step == 0,
-        dropped_below=dropped,
-        group_outputs=outputs,
+        ctx, label, aggregate, state_read(step, state, lateness, dropped, group_outputs=outputs)
     )
     net = output_change(ctx, label, aggregate, groups, stage.columns)
     # The stage's whole result, before and after the step: what reads it may need any group.
@@ -310,6 +301,28 @@ def recompute_change(
     )
 
 
+def state_read(
+    step: StepState,
+    state: str,
+    lateness: Sequence[late.LatenessRule],
+    dropped: Mapping[str, str],
+    group_outputs: Optional[Sequence[Tuple[str, str]]] = None,
+) -> StateRead:
+    """How `step` reads an aggregate's state, `state` being its whole state before the step
+    (state_before), `dropped` where compaction dropped final groups' state."""
+    previous = step.previous
+    return StateRead(
+        state,
+        step.first_step,
+        step.inserts_only,
+        lateness,
+        previous.waterline,
+        state_empty=previous.step == 0,
+        dropped_below=dropped,
+        group_outputs=group_outputs,
+    )
+
+
 def aggregate_change(
     ctx: StepContext, step: StepState, plan: StepPlan, lateness: Sequence[late.LatenessRule]
 ) -> Tuple[ModelChange, StateWrite]:
@@ -319,18 +332,7 @@ def aggregate_change(
     dropped = step.record.state_dropped_below
     check_lines(dropped, lateness, aggregate.group_outputs)
     state = state_before(ctx.model.state_table, previous.step, aggregate)
-    groups = changed_groups(
-        ctx,
-        "",
-        aggregate,
-        state,
-        step.first_step,
-        step.inserts_only,
-        lateness,
-        previous.waterline,
-        state_empty=previous.step == 0,
-        dropped_below=dropped,
-    )
+    groups = changed_groups(ctx, "", aggregate, state_read(step, state, lateness, dropped))
     # The table starts empty, even where the query's old output is not (a global aggregate
     # has one row over no input): on the first step there is nothing to delete.
     net = output_change(

@@ -46,6 +46,7 @@ from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
 from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
     ChangedGroups,
+    StateRead,
     changed_groups,
     output_change,
 )
@@ -442,7 +443,9 @@ def rebuilt_groups(
     cols = sql.column_list(aggregate.state_columns)
     nothing = f"SELECT {cols} FROM {table} WHERE false"  # the state table's own types
     # every group, from nothing: as a first step (a recovery reads every input in full)
-    fresh = changed_groups(ctx, label, aggregate, nothing, first_step=True, inserts_only=True)
+    fresh = changed_groups(
+        ctx, label, aggregate, StateRead(nothing, first_step=True, inserts_only=True)
+    )
     keys = [c for c in aggregate.state_columns if c.name in aggregate.group_columns]
     before = sql.latest_state(
         sql.state_through(table, previous.step), keys, aggregate.state_columns
