@@ -1,17 +1,22 @@
-"""The config declaration (execution/configs.py): every config reaches the step as declared, and
-docs/configuration.md's tables say what the declaration says."""
+"""The config declarations (`setting` fields of execution/model.py's `ModelSettings`): every config
+reaches the step as declared, what configs.py and impl.py derive from them agrees with them, and
+docs/configuration.md's tables say what the declarations say."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 
-from dbt.adapters.streamsql.execution import configs
-from dbt.adapters.streamsql.execution.configs import MODEL_CONFIGS, ConfigError
+from dbt.adapters.streamsql.execution import config_kinds, configs
+from dbt.adapters.streamsql.execution.config_kinds import ConfigError, declared_configs, setting
+from dbt.adapters.streamsql.execution.configs import MODEL_CONFIGS, SETTINGS
 from dbt.adapters.streamsql.execution.model import STORAGE_PROPERTIES, ModelSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -132,6 +137,120 @@ def test_the_adapter_declares_to_dbt_every_config_it_obeys():
     assert declared - spark <= set(configs.CONFIGS_BY_NAME), "declare it in configs.py"
 
 
+# ModelSettings' fields that no config sets: the model's table and the run's --full-refresh.
+IDENTITY = ("name", "schema", "identifier", "full_refresh")
+
+
+def test_every_settings_field_but_the_identity_is_a_declared_config():
+    fields = [field.name for field in dataclasses.fields(ModelSettings)]
+    assert fields[: len(IDENTITY)] == list(IDENTITY)
+    assert [spec.field for spec in SETTINGS] == fields[len(IDENTITY) :]
+    assert [spec for spec in MODEL_CONFIGS if spec.field is not None] == list(SETTINGS)
+    assert all(spec.takes_effect != config_kinds.DBT for spec in SETTINGS)
+    assert all(spec.takes_effect == config_kinds.DBT for spec in MODEL_CONFIGS if not spec.field)
+
+
+def test_a_settings_default_is_the_declared_default_read_as_a_step_reads_it():
+    bare = ModelSettings(name="m", schema="demo", identifier="m")
+    for spec in SETTINGS:
+        assert getattr(bare, spec.field) == spec.read("m", None), spec.name
+        assert spec.read("m", spec.default) == spec.read("m", None), spec.name
+    assert bare.waterline_retention == 30 * 86400.0 and bare.strategy == "auto"
+    # each model gets maps of its own
+    assert bare.lateness is not ModelSettings("n", "demo", "n").lateness
+
+
+def holds(value: Any, hint: Any) -> bool:
+    """Whether `value` is of the type `hint` (the few forms ModelSettings' annotations take)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin is typing.Union:
+        return any(holds(value, arg) for arg in args)
+    if origin in (Mapping, dict):
+        return isinstance(value, Mapping) and all(
+            holds(k, args[0]) and holds(v, args[1]) for k, v in value.items()
+        )
+    if origin in (Sequence, list, tuple):
+        return isinstance(value, Sequence) and all(holds(item, args[0]) for item in value)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def test_each_setting_holds_its_field_type_as_declared_and_as_set():
+    hints = typing.get_type_hints(ModelSettings)
+    default = configs.model_settings("m", "demo", {}, full_refresh=False)
+    model = configs.model_settings("m", "demo", SET_VALUES, full_refresh=False)
+    for spec in SETTINGS:
+        for settings in (default, model):
+            value = getattr(settings, spec.field)
+            assert holds(value, hints[spec.field]), f"{spec.name}: {value!r}"
+    assert not holds("30 days", hints["waterline_retention"])  # the check can fail
+
+
+def test_dbt_s_config_class_is_derived_from_the_declarations():
+    """impl.StreamSQLConfig: dbt-spark's SparkConfig with Delta as the file format and a field,
+    typed as a user writes the config and unset by default, for each setting dbt-spark lacks."""
+    from dbt.adapters.spark.impl import SparkConfig
+
+    from dbt.adapters.streamsql.impl import StreamSQLConfig
+
+    assert issubclass(StreamSQLConfig, SparkConfig) and dataclasses.is_dataclass(StreamSQLConfig)
+    assert StreamSQLConfig.__module__ == "dbt.adapters.streamsql.impl"
+    fields = {field.name: field for field in dataclasses.fields(StreamSQLConfig)}
+    spark = {field.name for field in dataclasses.fields(SparkConfig)}
+    assert fields["file_format"].default == "delta"
+    added = [spec for spec in SETTINGS if spec.name not in spark]
+    assert set(fields) - spark == {spec.name for spec in added}
+    for spec in added:
+        assert fields[spec.name].type == Optional[spec.kind.declared], spec.name
+        assert fields[spec.name].default is None, spec.name
+    assert {"lateness", "strategy", "liquid_clustered_by", "rewrite_when_small"} <= set(fields)
+    # dbt reads and writes them as it does any adapter config (mashumaro, from the fields)
+    written = {
+        "lateness": {"ts": "INTERVAL 1 HOUR"},
+        "final_state_retention": "forever",
+        "emit_final": True,
+        "unique_key": ["id", "day"],
+        "strategy": "recompute",
+        "waterline_retention": "7 days",
+    }
+    assert StreamSQLConfig.from_dict(written).to_dict(omit_none=True) == {
+        "file_format": "delta",
+        **written,
+    }
+
+
+def test_a_new_config_is_one_declaration():
+    """The worked example of docs/architecture.md: one `setting` field, and the config's name,
+    docs cells, default and reading follow from it."""
+
+    @dataclass(frozen=True)
+    class WithVacuum(ModelSettings):
+        vacuum_files: bool = setting(
+            config_kinds.BOOLEAN,
+            config_kinds.NEXT_STEP,
+            "Runs `VACUUM` on the model's table after it compacts it",
+            default=False,
+        )
+
+    *known, spec = declared_configs(WithVacuum)
+    assert tuple(known) == SETTINGS
+    assert (spec.name, spec.field, spec.takes_effect) == (
+        "vacuum_files",
+        "vacuum_files",
+        config_kinds.NEXT_STEP,
+    )
+    assert (spec.docs_type, spec.docs_default) == ("boolean", "`false`")
+    assert WithVacuum("m", "demo", "m").vacuum_files is False
+    assert spec.read("m", "true") is True
+    with pytest.raises(
+        ConfigError, match="Model m: config vacuum_files = 'often' is not a boolean"
+    ):
+        spec.read("m", "often")
+
+
 def test_the_docs_config_table_is_the_declaration():
     rows = docs_table("| config | type | default |")
     documented: Dict[str, List[str]] = {}
@@ -141,20 +260,28 @@ def test_the_docs_config_table_is_the_declaration():
     assert list(documented) == [spec.name for spec in MODEL_CONFIGS]
     for spec in MODEL_CONFIGS:
         _, type_, default, *_ = documented[spec.name]
-        assert (type_, default) == (spec.type, spec.default), spec.name
+        assert (type_, default) == (spec.docs_type, spec.docs_default), spec.name
+
+
+def test_the_docs_config_table_says_each_declared_doc_line():
+    """A declaration's one line of what the config does is in its docs row, word for word."""
+    rows = docs_table("| config | type | default |")
+    said = {name: row[4] for row in rows for name in names_in(row[0])}
+    for spec in MODEL_CONFIGS:
+        assert spec.doc and spec.doc in said[spec.name], f"{spec.name}: {spec.doc!r}"
 
 
 def test_the_docs_say_when_each_config_takes_effect_as_declared():
     said = {
-        configs.NEXT_STEP: "At the next step",
-        configs.TABLE_CREATED: "Only when the model's table is created",
-        configs.TABLE_BUILT: "Only when the model's table is built",
-        configs.SCHEMA_CHANGE: "At the next step whose query's columns differ",
+        config_kinds.NEXT_STEP: "At the next step",
+        config_kinds.TABLE_CREATED: "Only when the model's table is created",
+        config_kinds.TABLE_BUILT: "Only when the model's table is built",
+        config_kinds.SCHEMA_CHANGE: "At the next step whose query's columns differ",
     }
     rows = docs_table("| config | takes effect |")
     found = {name: row[1] for row in rows for name in names_in(row[0])}
     for spec in MODEL_CONFIGS:
-        if spec.takes_effect == configs.DBT:
+        if spec.takes_effect == config_kinds.DBT:
             assert spec.name not in found, spec.name
         else:
             assert found[spec.name].startswith(said[spec.takes_effect]), spec.name

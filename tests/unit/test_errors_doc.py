@@ -22,7 +22,7 @@ Raised but not collected, because no user sees their message as an error:
 - `UncomparableType` and the `ValueError`s of planning/types.py and execution/engine/: a type
   string or a Delta type the code cannot parse; callers catch them (the planner then recomputes,
   a column is compared as it is), or the code has a bug. No config is parsed with `ValueError`:
-  configs.py raises `ConfigError`.
+  config_kinds.py raises `ConfigError`.
 - `NotImplementedError`: abstract methods. `KeyError`: a plan naming a table its step did not
   bind, a bug of the planner.
 - a bare `raise`, or `raise error` of a caught error: its message is collected where it was

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Union
+from dataclasses import asdict, dataclass, field, make_dataclass
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 from dbt.adapters.base import BaseRelation, available
 from dbt.adapters.contracts.connection import AdapterResponse
@@ -40,26 +40,17 @@ TREE_TYPE_TO_SQL = {"long": "bigint", "integer": "int", "short": "smallint", "by
 NESTED_TREE_TYPES = {"array", "map", "struct"}
 
 
-@dataclass
-class StreamSQLConfig(SparkConfig):
-    """The configs dbt learns of from the adapter (dbt-spark's, plus the ones declared in
-    execution/configs.py that dbt-spark does not have); a unit test checks the two agree."""
-
-    file_format: str = DEFAULT_FILE_FORMAT
-    lateness: Optional[Dict[str, str]] = None
-    watermark: Optional[Dict[str, str]] = None
-    max_future: Optional[Dict[str, str]] = None
-    final_state_retention: Optional[Union[Dict[str, str], str]] = None
-    append_only: Optional[bool] = None
-    emit_final: Optional[bool] = None
-    unique_key: Optional[Union[List[str], str]] = None
-    liquid_clustered_by: Optional[Union[List[str], str]] = None
-    tblproperties: Optional[Dict[str, str]] = None
-    strategy: Optional[str] = None
-    waterline_retention: Optional[str] = None
-    pending_retention: Optional[str] = None
-    compact_files: Optional[bool] = None
-    rewrite_when_small: Optional[bool] = None
+# The configs dbt learns of from the adapter: dbt-spark's, with Delta as the file format, plus a
+# field for each setting declared in execution/model.py that dbt-spark does not have.
+StreamSQLConfig = make_dataclass(
+    "StreamSQLConfig",
+    [
+        ("file_format", str, field(default=DEFAULT_FILE_FORMAT)),
+        *configs.dbt_config_fields(SparkConfig),
+    ],
+    bases=(SparkConfig,),
+    namespace={"__module__": __name__, "__doc__": "dbt-spark's configs and incremental_view's."},
+)
 
 
 @dataclass

@@ -8,6 +8,7 @@ Rooms, each a package (docs/architecture.md draws them):
 - recovery/   schema change, lost history and retention: what a step does when the past is gone
 - engine/     the SQL session, the Delta log, statement text and tracing: all access to Spark
 
-The top-level modules are what every room shares: the model's settings (model.py, configs.py),
-the step's context (context.py), its result (result.py), errors (errors.py) and explain.py.
+The top-level modules are what every room shares: the model's settings (model.py, where each
+config is declared, config_kinds.py, configs.py), the step's context (context.py), its result
+(result.py), errors (errors.py) and explain.py.
 """

@@ -1,11 +1,12 @@
-"""The configs of an incremental_view model, declared once: what each is, and how it is read.
+"""The configs of an incremental_view model: each declared once, as a field of `ModelSettings`
+(model.py, `setting` of config_kinds.py); here is what is derived from the declarations.
 
-`MODEL_CONFIGS` declares every config a step obeys: its name, its type and default as the docs
-table shows them (docs/configuration.md's table is checked against it by a unit test), when a
-change to it takes effect, and for the configs the step reads itself, the `ModelSettings` field
-it sets and the function that parses and checks its value. `model_settings` builds the model as
-a step sees it from dbt's config with them; a value a step cannot obey fails the model before
-the step reads anything, with the model, the config and the fix named.
+`MODEL_CONFIGS` lists every config a step obeys in the order of docs/configuration.md's table
+(a unit test checks the table against it): dbt's `materialized`, then the model's settings, then
+the configs dbt applies itself. `model_settings` builds the model as a step sees it from dbt's
+config; a value a step cannot obey fails the model before the step reads anything, with the
+model, the config and the fix named. `dbt_config_fields` gives dbt's config class
+(impl.StreamSQLConfig) a field for each setting dbt-spark does not declare.
 
 No config may be silently ignored. dbt itself handles `DBT_OWN` whatever the materialization.
 Any other key an incremental_view model carries is either a dbt or dbt-spark config this
@@ -18,248 +19,35 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution.errors import StepError
-from dbt.adapters.streamsql.execution.event_time.lateness import KEEP_FOREVER
+from dbt.adapters.streamsql.execution.config_kinds import (
+    DBT,
+    ConfigSpec,
+    ValueKind,
+    declared_configs,
+)
 from dbt.adapters.streamsql.execution.model import ModelSettings
-from dbt.adapters.streamsql.execution.recovery.retention import interval_seconds
 
 
-class ConfigError(StepError):
-    """A config value the step cannot obey; the message names the model, config and fix."""
+def _applied_by_dbt(name: str, docs_type: str, doc: str, docs_default: str = "none") -> ConfigSpec:
+    """A config dbt applies itself, as for any materialization: declared for the docs table."""
+    return ConfigSpec(name, ValueKind(docs_type), DBT, doc, docs_default_text=docs_default)
 
 
-ON_SCHEMA_CHANGE = ("ignore", "fail", "append_new_columns", "sync_all_columns")
-# dbt's default for incremental models, and the value dbt gives the config when it is not set.
-DEFAULT_ON_SCHEMA_CHANGE = "ignore"
-STRATEGIES = ("auto", "incremental", "recompute")
-
-# When a change to a config takes effect (docs/configuration.md, "When a config change takes
-# effect").
-NEXT_STEP = "next step"
-TABLE_CREATED = "table created"  # on the first run and on `dbt run --full-refresh`
-TABLE_BUILT = "table built"  # only then: a change later fails the step
-SCHEMA_CHANGE = "schema change"  # at the next step whose query's columns differ
-DBT = "dbt"  # dbt applies it, as for any materialization
-
-
-def _as_is(model: str, name: str, value: Any) -> Any:
-    return value
-
-
-def _boolean(model: str, name: str, value: Any) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ConfigError(
-        f"Model {model}: config {name} = {value!r} is not a boolean. Use true or false."
-    )
-
-
-def _boolean_on(model: str, name: str, value: Any) -> bool:
-    """A boolean that is true unless set."""
-    return True if value is None else _boolean(model, name, value)
-
-
-def _names(model: str, name: str, value: Any) -> Tuple[str, ...]:
-    """A column name or a list of them."""
-    if value is None or value == [] or value == "":
-        return ()
-    if isinstance(value, str):
-        return (value.strip(),)
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v.strip() for v in value):
-        return tuple(v.strip() for v in value)
-    raise ConfigError(
-        f"Model {model}: config {name} = {value!r} is not a column name or a list of "
-        f"column names. Name the model's output columns, e.g. {name}='id' or "
-        f"{name}=['id', 'day']."
-    )
-
-
-def _column_map(model: str, name: str, value: Any) -> Dict[str, Any]:
-    """A map of output column -> constant expression (lateness, max_future, watermark)."""
-    if value is None or value == {}:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"Model {model}: config {name} = {value!r} is not a map of the model's output "
-            f"columns to constant expressions. Write it as a map, e.g. "
-            f"{name}={{'ts': 'INTERVAL 1 HOUR'}}."
-        )
-    return dict(value)
-
-
-def _string_map(model: str, name: str, value: Any) -> Dict[str, str]:
-    if value is None or value == {}:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"Model {model}: config {name} = {value!r} is not a map of names to values. "
-            f"Write it as a map, e.g. {name}={{'delta.logRetentionDuration': 'interval 60 days'}}."
-        )
-    return dict(value)
-
-
-def _one_of(
-    choices: Sequence[str], default: str, whose: str = ""
-) -> Callable[[str, str, Any], str]:
-    def parse(model: str, name: str, value: Any) -> str:
-        chosen = default if value is None or value == "" else value
-        if not isinstance(chosen, str) or chosen.strip().lower() not in choices:
-            raise ConfigError(
-                f"Model {model}: config {name} = {chosen!r} is not one of "
-                f"{', '.join(choices)}{whose}. Use one of them; the default is {default!r}."
-            )
-        return chosen.strip().lower()
-
-    return parse
-
-
-def _location_root(model: str, name: str, value: Any) -> Optional[str]:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(
-            f"Model {model}: config {name} = {value!r} is not a path. Use a directory URI, "
-            "e.g. s3a://lake/views."
-        )
-    return f"{value.rstrip('/')}/{model}"
-
-
-def _retention(default: Optional[str]) -> Callable[[str, str, Any], Optional[float]]:
-    """A retention: an interval ("30 days", "interval 12 hours"), or `forever`; in seconds, None
-    for ever."""
-
-    def parse(model: str, name: str, value: Any) -> Optional[float]:
-        chosen = default if value is None or value == "" else value
-        if chosen is None or (isinstance(chosen, str) and chosen.strip().lower() == KEEP_FOREVER):
-            return None
-        seconds = interval_seconds(str(chosen)) if isinstance(chosen, str) else None
-        if seconds is None or seconds < 0:
-            # `none` could mean "keep none" as well as "no retention": neither is guessed
-            raise ConfigError(
-                f"Model {model}: config {name} = {chosen!r} is not a retention. Write an "
-                f"interval in seconds, minutes, hours, days or weeks (e.g. {name}='30 days' or "
-                f"'interval 12 hours'; '0 seconds' keeps no row past the next clean-up), or "
-                f"'{KEEP_FOREVER}' to keep every row."
-            )
-        return seconds
-
-    return parse
-
-
-def _final_state(model: str, name: str, value: Any) -> Dict[str, Any]:
-    """final_state_retention: a map of lateness column -> constant expression or `forever`, or
-    one of those for every lateness column (under the key "*")."""
-    if value is None or value == "" or value == {}:
-        return {}
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return {"*": str(value)}
-    raise ConfigError(
-        f"Model {model}: config {name} = {value!r} is neither a map of lateness columns to "
-        f"constant expressions nor one expression. Write e.g. {name}={{'ts': 'INTERVAL 1 DAY'}}, "
-        f"or {name}='forever' to keep the state of every group."
-    )
-
-
-@dataclass(frozen=True)
-class ConfigSpec:
-    """One config an incremental_view model obeys."""
-
-    name: str
-    type: str  # as the docs table's `type` column shows it
-    default: str  # as the docs table's `default` column shows it ("" for none)
-    takes_effect: str  # NEXT_STEP, TABLE_CREATED, TABLE_BUILT, SCHEMA_CHANGE or DBT
-    # The `ModelSettings` field the config sets, and how its value is read and checked;
-    # None: dbt applies the config itself (hooks, docs, full_refresh).
-    field: Optional[str] = None
-    parse: Callable[[str, str, Any], Any] = _as_is
-
-
-LIST = "string or list of strings"
-COLUMN_MAP = "map: column -> constant expression"
-RETENTION = "interval, or `forever`"
+# The configs a step reads, from `ModelSettings`' declarations.
+SETTINGS: Tuple[ConfigSpec, ...] = declared_configs(ModelSettings)
 
 # Every config incremental_view obeys, in the order of the docs table.
 MODEL_CONFIGS: Tuple[ConfigSpec, ...] = (
-    ConfigSpec("materialized", "string", "", DBT),
-    ConfigSpec("lateness", COLUMN_MAP, "none", NEXT_STEP, "lateness", _column_map),
-    ConfigSpec("max_future", COLUMN_MAP, "none", NEXT_STEP, "max_future", _column_map),
-    ConfigSpec(
-        "final_state_retention",
-        f"{COLUMN_MAP} or `forever`, or one for all",
-        "the column's `lateness`",
-        NEXT_STEP,
-        "final_state_retention",
-        _final_state,
+    _applied_by_dbt("materialized", "string", "Every `dbt run` is one step of the model", ""),
+    *SETTINGS,
+    _applied_by_dbt(
+        "full_refresh", "boolean", "`false` makes `dbt run --full-refresh` leave this model alone"
     ),
-    ConfigSpec("watermark", COLUMN_MAP, "none", NEXT_STEP, "watermark", _column_map),
-    ConfigSpec("emit_final", "boolean", "`false`", TABLE_BUILT, "emit_final", _boolean),
-    ConfigSpec(
-        "strategy",
-        ", ".join(f"`{s}`" for s in STRATEGIES),
-        "`auto`",
-        NEXT_STEP,
-        "strategy",
-        _one_of(STRATEGIES, "auto"),
-    ),
-    ConfigSpec("append_only", "boolean", "`false`", NEXT_STEP, "append_only", _boolean),
-    ConfigSpec("partition_by", LIST, "none", TABLE_CREATED, "partition_by", _names),
-    ConfigSpec("liquid_clustered_by", LIST, "none", TABLE_CREATED, "cluster_by", _names),
-    ConfigSpec(
-        "tblproperties",
-        "map: string -> string",
-        "none",
-        TABLE_CREATED,
-        "tblproperties",
-        _string_map,
-    ),
-    ConfigSpec("location_root", "string", "none", TABLE_CREATED, "location", _location_root),
-    ConfigSpec(
-        "on_schema_change",
-        ", ".join(f"`{s}`" for s in ON_SCHEMA_CHANGE),
-        f"`{DEFAULT_ON_SCHEMA_CHANGE}`",
-        SCHEMA_CHANGE,
-        "on_schema_change",
-        _one_of(ON_SCHEMA_CHANGE, DEFAULT_ON_SCHEMA_CHANGE, " (dbt's values)"),
-    ),
-    ConfigSpec("unique_key", LIST, "none", NEXT_STEP, "unique_key", _names),
-    ConfigSpec(
-        "waterline_retention",
-        RETENTION,
-        "`30 days`",
-        NEXT_STEP,
-        "waterline_retention",
-        _retention("30 days"),
-    ),
-    ConfigSpec(
-        "pending_retention",
-        RETENTION,
-        "`30 days`",
-        NEXT_STEP,
-        "pending_retention",
-        _retention("30 days"),
-    ),
-    ConfigSpec("compact_files", "boolean", "`true`", NEXT_STEP, "compact_files", _boolean_on),
-    ConfigSpec(
-        "rewrite_when_small",
-        "boolean",
-        "`true`",
-        NEXT_STEP,
-        "rewrite_when_small",
-        _boolean_on,
-    ),
-    ConfigSpec("full_refresh", "boolean", "none", DBT),
-    ConfigSpec("pre_hook", "SQL", "none", DBT),
-    ConfigSpec("post_hook", "SQL", "none", DBT),
-    ConfigSpec("persist_docs", "map", "none", DBT),
+    _applied_by_dbt("pre_hook", "SQL", "Run before and after the step"),
+    _applied_by_dbt("post_hook", "SQL", "Run before and after the step"),
+    _applied_by_dbt("persist_docs", "map", "Applied to the model's table after the step"),
 )
 CONFIGS_BY_NAME = {spec.name: spec for spec in MODEL_CONFIGS}
 
@@ -273,16 +61,24 @@ def model_settings(
     """The model `schema.name` as a step sees it: its table and the configs it obeys.
 
     Raises:
-        ConfigError: a config has a value the step cannot obey.
+        ConfigError: a config has a value the step cannot obey (config_kinds.py).
     """
-    fields = {
-        spec.field: spec.parse(name, spec.name, config.get(spec.name))
-        for spec in MODEL_CONFIGS
-        if spec.field is not None
-    }
+    fields = {spec.field: spec.read(name, config.get(spec.name)) for spec in SETTINGS}
     return ModelSettings(
         name=name, schema=schema, identifier=name, full_refresh=full_refresh, **fields
     )
+
+
+def dbt_config_fields(base: type) -> List[Tuple[str, Any, Any]]:
+    """The fields dbt's config class adds to `base` (dbt-spark's `SparkConfig`), for
+    `dataclasses.make_dataclass`: one per setting `base` does not declare, typed as a user writes
+    it, unset by default."""
+    declared = {field.name for field in dataclasses.fields(base)}
+    return [
+        (spec.name, Optional[spec.kind.declared], dataclasses.field(default=None))
+        for spec in SETTINGS
+        if spec.name not in declared
+    ]
 
 
 # dbt's own configs: dbt handles them for every materialization (selection, naming, docs,
@@ -352,7 +148,8 @@ def dbt_own_configs() -> set:
 def adapter_configs() -> set:
     """The configs dbt-spark declares (`SparkConfig`) and the ones declared here.
 
-    The adapter's `StreamSQLConfig` (impl.py) adds no others: a unit test checks it."""
+    The adapter's `StreamSQLConfig` (impl.py) is `SparkConfig` with `dbt_config_fields`: it
+    adds no others."""
     try:
         from dbt.adapters.spark.impl import SparkConfig
     except ImportError:  # dbt-spark is not importable: its configs as of 1.11

@@ -1,14 +1,29 @@
 """The model as a step sees it: its tables' names and the configs the step obeys.
 
-`impl.model_settings` builds it from dbt's relation and config (the configs are declared in
-configs.py); every room reads it, none changes it.
+Each config is declared here, once, as a field of `ModelSettings`; `impl.model_settings` builds
+it from dbt's relation and config (configs.model_settings). Every room reads it, none changes it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence
 
+from dbt.adapters.streamsql.execution.config_kinds import (
+    BOOLEAN,
+    COLUMN_MAP,
+    COLUMNS,
+    FINAL_STATE,
+    LOCATION,
+    NEXT_STEP,
+    RETENTION,
+    SCHEMA_CHANGE,
+    STRING_MAP,
+    TABLE_BUILT,
+    TABLE_CREATED,
+    one_of,
+    setting,
+)
 from dbt.adapters.streamsql.execution.engine import statements as sql
 
 # The Delta table properties that say how a table is stored and how long its history is kept, not
@@ -32,44 +47,123 @@ STORAGE_PROPERTIES = (
 _STORAGE = {name.lower() for name in STORAGE_PROPERTIES}
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelSettings:
-    """The model as a step sees it: its table's name and the configs the step obeys."""
+    """The model as a step sees it: its table's name and the configs the step obeys.
+
+    Each config field is that config's one declaration (`setting`, config_kinds.py): its kind of
+    value, when a change takes effect, what it does in the docs' words, and its default as a
+    user writes it, read as the step reads it. configs.py derives the rest from these fields,
+    which are in the order of docs/configuration.md's table.
+    """
 
     name: str  # the model's name for messages
     schema: str
     identifier: str
-    full_refresh: bool = False
-    append_only: bool = False
-    partition_by: Sequence[str] = ()
-    cluster_by: Sequence[str] = ()
-    tblproperties: Mapping[str, str] = field(default_factory=dict)
-    location: Optional[str] = None
-    lateness: Mapping[str, Any] = field(default_factory=dict)
-    max_future: Mapping[str, Any] = field(default_factory=dict)
-    watermark: Mapping[str, Any] = field(default_factory=dict)
-    # How far below the waterline an aggregate keeps final groups' state, per lateness column
-    # ("*": every column; lateness.lateness_rules); a column not named: its lateness
-    final_state_retention: Mapping[str, Any] = field(default_factory=dict)
-    # an aggregate holds only final groups, each inserted once (emit_final.py)
-    emit_final: bool = False
-    # dbt's on_schema_change (schema.py) and unique_key (keys.py)
-    on_schema_change: str = "ignore"
-    unique_key: Sequence[str] = ()
+    full_refresh: bool = False  # the run rebuilds the model (`dbt run --full-refresh`)
+
+    lateness: Mapping[str, Any] = setting(
+        COLUMN_MAP,
+        NEXT_STEP,
+        "LATENESS on the model's output column: changes below the waterline go to `<model>__late`.",
+    )
+    max_future: Mapping[str, Any] = setting(
+        COLUMN_MAP,
+        NEXT_STEP,
+        "A change whose value is more than this after the current time is quarantined",
+    )
+    # per lateness column ("*": every column; lateness.lateness_rules); a column not named: its
+    # lateness
+    final_state_retention: Mapping[str, Any] = setting(
+        FINAL_STATE,
+        NEXT_STEP,
+        "how far below the waterline the state of final groups is kept",
+        docs_default="the column's `lateness`",
+    )
+    watermark: Mapping[str, Any] = setting(
+        COLUMN_MAP,
+        NEXT_STEP,
+        "WATERMARK: a change is held in `<model>__pending` until the data has moved this far "
+        "past it.",
+    )
+    # event_time/emit_final.py
+    emit_final: bool = setting(
+        BOOLEAN,
+        TABLE_BUILT,
+        "the model holds only final groups (below the waterline), each inserted once with its "
+        "final values, never updated",
+        default=False,
+    )
     # "auto": the planner's plan, and for a plan without state, a recompute in a step whose
     # change is as large as its inputs (pipeline/plan_choice.py); "incremental": never that;
     # "recompute": always recompute and diff.
-    strategy: str = "auto"
-    # How long rows stay in `__waterline`, in seconds; None: for ever (cleanup.py)
-    waterline_retention: Optional[float] = 30 * 86400.0
-    # How long `__pending` keeps the rows a step released, in seconds; None: for ever
-    pending_retention: Optional[float] = 30 * 86400.0
-    # Whether a step compacts the model's table and side tables when small files pile up
-    # (small_files.py)
-    compact_files: bool = True
-    # Whether a step that removes rows from a small model writes it whole instead of a MERGE
-    # (commit/protocol.py)
-    rewrite_when_small: bool = True
+    strategy: str = setting(
+        one_of(("auto", "incremental", "recompute")),
+        NEXT_STEP,
+        "How steps compute the model's change.",
+        default="auto",
+    )
+    append_only: bool = setting(
+        BOOLEAN,
+        NEXT_STEP,
+        "a step that would delete or update a row of the model fails",
+        default=False,
+    )
+    partition_by: Sequence[str] = setting(
+        COLUMNS, TABLE_CREATED, "`PARTITIONED BY` of the model's table."
+    )
+    cluster_by: Sequence[str] = setting(
+        COLUMNS, TABLE_CREATED, "`CLUSTER BY` of the model's table.", config="liquid_clustered_by"
+    )
+    tblproperties: Mapping[str, str] = setting(
+        STRING_MAP, TABLE_CREATED, "Extra Delta table properties of the model's table"
+    )
+    # `<location_root>/<model>`; None: the warehouse's
+    location: Optional[str] = setting(
+        LOCATION,
+        TABLE_CREATED,
+        "Every table of the model is created under it instead of under the warehouse",
+        config="location_root",
+    )
+    # dbt's on_schema_change (recovery/schema.py); `ignore` is dbt's default for incremental
+    # models, and the value dbt gives the config when it is not set
+    on_schema_change: str = setting(
+        one_of(("ignore", "fail", "append_new_columns", "sync_all_columns"), " (dbt's values)"),
+        SCHEMA_CHANGE,
+        "what a step does when the query's output columns no longer match the model's table",
+        default="ignore",
+    )
+    # pipeline/keys.py
+    unique_key: Sequence[str] = setting(COLUMNS, NEXT_STEP, "The model's key")
+    # in seconds; None: for ever (commit/cleanup.py)
+    waterline_retention: Optional[float] = setting(
+        RETENTION,
+        NEXT_STEP,
+        "How long the rows of `<model>__waterline` are kept",
+        default="30 days",
+    )
+    # in seconds; None: for ever
+    pending_retention: Optional[float] = setting(
+        RETENTION,
+        NEXT_STEP,
+        "How long `<model>__pending` keeps the changes WATERMARK held and a step has since "
+        "released.",
+        default="30 days",
+    )
+    # commit/small_files.py
+    compact_files: bool = setting(
+        BOOLEAN,
+        NEXT_STEP,
+        "Compacts the model's table and side tables when small files pile up",
+        default=True,
+    )
+    # for a step that removes rows of a model under 1 MiB (commit/protocol.py)
+    rewrite_when_small: bool = setting(
+        BOOLEAN,
+        NEXT_STEP,
+        "writes the table whole, in one `INSERT OVERWRITE` into one file, instead of a `MERGE`",
+        default=True,
+    )
 
     @property
     def storage_properties(self) -> Dict[str, str]:
