@@ -180,3 +180,26 @@ def test_the_location_of_a_delta_table_in_dbts_relation_cache():
     assert session.known_location("demo.v") is None  # not a Delta table
     assert session.known_location("demo.other") is None
     assert session.known_location("other.m") is None
+
+
+def test_the_file_reader_steps_aside_to_sql_for_a_table_on_an_object_store():
+    """The warm server's reader reads `_delta_log` files on this machine only: a table on
+    s3a:// is asked through SQL, and the step aside is said (once per process and scheme)."""
+    from dbt.adapters.streamsql.execution.engine import delta_log
+
+    delta_log._NOTED.clear()
+    session = FakeSqlSession()
+    session.create_source("demo.t", [("id", "bigint")])
+    cached = {"demo.t": "s3a://lake/wh/tables/demo.db/t"}
+    notes = []
+    real_info = delta_log.logger.info
+    delta_log.logger.info = notes.append
+    try:
+        reader = FileDeltaLog(SqlDeltaLog(session), "run-object-store", cached.get)
+        assert reader.version("demo.t") == SqlDeltaLog(session).version("demo.t")
+        reader.version("demo.t")
+    finally:
+        delta_log.logger.info = real_info
+    assert any(s.startswith("DESCRIBE HISTORY") for s in session.statements)
+    assert len(notes) == 1 and "Tables on s3a:// (first: demo.t)" in notes[0], notes
+    assert "through SQL" in notes[0]

@@ -382,6 +382,8 @@ def _start_session(settings: SessionSettings) -> Any:
     # PySpark also logs every failed statement with its JVM stack trace; dbt reports the error
     # itself, so the console would show each failure twice, the second time as a wall of Java.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    if object_store.uses_s3a(conf):  # the adapter's store is for file: tables only
+        logger.info(object_store.S3_LOG_STORE_NOTE)
     store = conf.get(LOG_STORE_SETTING, "Delta's own")
     logger.debug(
         f"Embedded Spark started in {time.monotonic() - started:.1f} s (log store: {store})"

@@ -64,6 +64,13 @@ S3A_EXCLUDES = (
     "commons-codec:commons-codec",
 )
 S3A_PREFIX = "spark.hadoop.fs.s3a."
+# What the embedded session says at its start when it uses S3A: Delta's log store for s3a://
+# (delta-storage's S3SingleDriverLogStore) takes the place of the adapter's list-from store.
+S3_LOG_STORE_NOTE = (
+    "Tables on s3a:// use Delta's S3SingleDriverLogStore (the adapter's list-from log store is "
+    "for file: tables): it makes one driver's commits safe, not two drivers' at once "
+    "(docs/deployment.md, 'Writers')"
+)
 WAREHOUSE_SETTING = "spark.sql.warehouse.dir"
 # Object stores Hadoop has a FileSystem for, by the scheme of their URIs. Only s3a is tested
 # here (docs/deployment.md); the others need their connector's jars named in the profile.

@@ -169,8 +169,13 @@ def local_tables_dir(spark: Any) -> Optional[str]:
 def server_warmer(spark: Any, stopping: Any) -> Tuple[Optional[TableWarmer], str]:
     """The warm server's warmer and a line for its log saying what it does (or why not)."""
     tables_dir = local_tables_dir(spark)
-    if tables_dir is None:
-        return None, "tables are not read between runs (the warehouse is not on this machine)"
+    if tables_dir is None:  # on an object store a look for changed logs is a LIST per table
+        return None, (
+            "tables are not read between runs: the warehouse "
+            f"({spark.conf.get('spark.sql.warehouse.dir')}) is not on this machine, and looking "
+            "for changed tables there every second would be requests to it; a run's first "
+            "statement on a table loads its new version"
+        )
     try:
         activity = ConnectActivity(spark.sparkContext._jvm)
         activity.quiet_for()

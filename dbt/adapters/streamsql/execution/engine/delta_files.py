@@ -27,6 +27,7 @@ from dbt.adapters.streamsql.execution.engine.delta_log import (
     ask_catalog,
     commit_from_info,
     name_parts,
+    note_elsewhere,
     quoted,
 )
 from dbt.adapters.streamsql.planning.plan import Column
@@ -217,6 +218,8 @@ class FileDeltaLog(LogFiles):
                 known = str(detail.get("location") or "")
             location = urlparse(known)
             local = location.scheme in ("", "file") and os.path.isdir(unquote(location.path))
+            if location.scheme not in ("", "file"):
+                note_elsewhere(name, known, "through SQL (DESCRIBE HISTORY, DESCRIBE DETAIL)")
             _LOCATIONS[key] = (unquote(location.path) if local else None, known)
         path = _LOCATIONS[key][0]
         if path is None:

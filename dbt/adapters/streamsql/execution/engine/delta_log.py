@@ -81,6 +81,23 @@ NO_ROW_CHANGE = {
 MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
 
 
+# (scheme, reader) pairs whose step-aside this process has said (note_elsewhere)
+_NOTED: set = set()
+
+
+def note_elsewhere(name: str, location: str, how: str) -> None:
+    """Say once per process and kind of location that a table's log is not read from files on
+    this machine, and how it is read instead; once per table at debug level."""
+    scheme = location.split("://", 1)[0] if "://" in location else location
+    logger.debug(f"{name}'s log is at {location}: read {how}")
+    if (scheme, how) not in _NOTED:
+        _NOTED.add((scheme, how))
+        logger.info(
+            f"Tables on {scheme}:// (first: {name}): their Delta logs are read {how}, not from "
+            "files on this machine (docs/deployment.md, 'What runs differently on an object store')"
+        )
+
+
 class TableMissing(Exception):
     """The table does not exist (or is a view)."""
 
@@ -375,6 +392,7 @@ class JvmSnapshotLog:
             delta_log = self._delta_log(name)
             log_path = delta_log.logPath().toUri()
             if str(log_path.getScheme() or "file") != "file":
+                note_elsewhere(name, str(log_path), "through Delta's snapshot in the JVM")
                 return None
             return str(log_path.getPath()), str(delta_log.dataPath().toString())
         except TableMissing:
