@@ -248,7 +248,7 @@ def machine_info(spark: Any, args: Any = None) -> Dict[str, Any]:
     from importlib.metadata import version
 
     # imported here, not with this module: `--adapter-rev` must act before the adapter's import
-    from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
+    from dbt.adapters.streamsql.spark.log_store import LOG_STORE_SETTING
 
     memory = ""
     try:
@@ -429,7 +429,7 @@ def start_session(target: Dict[str, Any]) -> Any:
     """
     import logging
 
-    from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
+    from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
 
     spark = get_spark_session(
         SessionSettings(

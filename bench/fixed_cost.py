@@ -61,7 +61,7 @@ from benchlib import (
     write_project_skeleton,
 )
 
-from dbt.adapters.streamsql import warm_server
+from dbt.adapters.streamsql.spark import warm_server
 
 SCHEMA = "fixed_cost"
 SOURCE = "fc_src"
@@ -489,7 +489,7 @@ def _append_in_process(
     With `rows` 0 it only checks."""
     if through_server:
         session = (
-            "from dbt.adapters.streamsql import warm_server as w\n"
+            "from dbt.adapters.streamsql.spark import warm_server as w\n"
             "from pyspark.sql.connect.session import SparkSession\n"
             "paths = w.ServerPaths(%r)\nstate = w.ServerState.read(paths)\n"
             "spark = SparkSession.builder.remote("

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from dbt.adapters.streamsql import warm_server
+from dbt.adapters.streamsql.spark import warm_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "sample_project"

@@ -6,7 +6,7 @@
 
 Each command starts its servers on 127.0.0.1, prints how to point a profile at them, and stops them
 on Ctrl-C. The Thrift Server gets the same Delta settings as the embedded session
-(`dbt/adapters/streamsql/embedded_spark.py`): Delta's SQL extensions and catalog, Delta's jars
+(`dbt/adapters/streamsql/spark/embedded_spark.py`): Delta's SQL extensions and catalog, Delta's jars
 from Maven Central, a Derby metastore and the tables under its own warehouse directory, the change
 data feed on for new tables, Delta as the default format.
 
@@ -323,7 +323,7 @@ def thrift_server_conf(
     warehouse_dir: Path, overrides: Optional[Dict[str, str]] = None
 ) -> Dict[str, str]:
     """The embedded session's settings (Delta, metastore, warehouse), for a Thrift Server."""
-    from dbt.adapters.streamsql.embedded_spark import SessionSettings
+    from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings
 
     settings = SessionSettings(
         warehouse_dir=str(warehouse_dir),

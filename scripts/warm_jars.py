@@ -13,7 +13,7 @@ import tempfile
 
 
 def main() -> int:
-    from dbt.adapters.streamsql.embedded_spark import (
+    from dbt.adapters.streamsql.spark.embedded_spark import (
         SessionSettings,
         cached_jars,
         delta_maven_coordinate,

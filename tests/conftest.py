@@ -43,8 +43,8 @@ def connect_server(tmp_path_factory):
     """A Spark Connect server with Delta for the tests that also run over `method: connect`:
     started the way the warm server is (its own warehouse and metastore, loopback, a token),
     once for the whole run. Yields the profile target that reaches it."""
-    from dbt.adapters.streamsql import warm_server
-    from dbt.adapters.streamsql.embedded_spark import SessionSettings
+    from dbt.adapters.streamsql.spark import warm_server
+    from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings
 
     warehouse = str(tmp_path_factory.mktemp("connect_server"))
     settings = SessionSettings(

@@ -14,7 +14,6 @@ from typing import Any, Dict, List
 
 import pytest
 
-from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
 from dbt.adapters.streamsql.execution.engine import delta_files, delta_log
 from dbt.adapters.streamsql.execution.engine.delta_files import FileDeltaLog, JvmDeltaLog
 from dbt.adapters.streamsql.execution.engine.delta_log import (
@@ -22,6 +21,7 @@ from dbt.adapters.streamsql.execution.engine.delta_log import (
     SqlDeltaLog,
     TableMissing,
 )
+from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
 
 SCHEMA = "delta_log_test"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dbt.adapters.streamsql import warm_server
+from dbt.adapters.streamsql.spark import warm_server
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 2  # the second step is the first incremental one

@@ -1,4 +1,4 @@
-"""The adapter's Delta log store (dbt/adapters/streamsql/log_store.py) is in use for `file:`
+"""The adapter's Delta log store (dbt/adapters/streamsql/spark/log_store.py) is in use for `file:`
 tables, lists what Delta's own store lists, and leaves time travel, the change feed, OPTIMIZE,
 VACUUM and Delta's log cleanup as they are.
 
@@ -18,8 +18,8 @@ from typing import Any, List, Tuple
 
 import pytest
 
-from dbt.adapters.streamsql import log_store
-from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
+from dbt.adapters.streamsql.spark import log_store
+from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
 
 pytestmark = pytest.mark.functional
 
@@ -193,7 +193,7 @@ def test_time_travel_change_feed_optimize_vacuum_and_log_cleanup_work_on_it(spar
 
 FIRST_START = """
 import sys
-from dbt.adapters.streamsql import embedded_spark as e
+from dbt.adapters.streamsql.spark import embedded_spark as e
 session = e.get_spark_session(e.SessionSettings(sys.argv[1], "local[1]", {}, 60))
 print("remembered:" + (e.cached_jars(e.delta_maven_coordinate()) or ""))
 session.stop()

@@ -24,7 +24,7 @@ from typing import Dict
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
+from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
 from tests.differential import as_bag, bag_diff
 
 SOURCES = ("wide", "typed", "vac", "recreated", "cdf", "silent", "src_uk")

@@ -87,8 +87,8 @@ def test_a_wheel_in_a_fresh_virtualenv_runs_steps_in_a_project_made_by_dbt_init(
     with zipfile.ZipFile(wheel) as archive:  # the log store's source, compiled at first start
         names = set(archive.namelist())
     assert {
-        "dbt/adapters/streamsql/jvm/ListFromLogStore.java",
-        "dbt/adapters/streamsql/jvm/stub/io/delta/storage/LocalLogStore.java",
+        "dbt/adapters/streamsql/spark/jvm/ListFromLogStore.java",
+        "dbt/adapters/streamsql/spark/jvm/stub/io/delta/storage/LocalLogStore.java",
     } <= names
 
     env_dir = tmp_path / "fresh"

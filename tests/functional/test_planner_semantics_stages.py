@@ -141,7 +141,7 @@ STAGED = [
 def spark(warehouse_dir):
     """test_planner_semantics.py's session, with the settings the other functional tests give
     Spark for small data (a third less time here)."""
-    from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
+    from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
 
     session = get_spark_session(SessionSettings(warehouse_dir, "local[2]", {}, 600)).newSession()
     for key, value in SMALL_DATA_SETTINGS.items():

@@ -20,7 +20,7 @@ from typing import List
 
 import pytest
 
-from dbt.adapters.streamsql import warm_server
+from dbt.adapters.streamsql.spark import warm_server
 from tests.dbt_process import DbtProject
 
 pytestmark = pytest.mark.functional
@@ -80,7 +80,7 @@ def test_the_first_command_starts_a_server_that_later_ones_reuse(project):
     assert stat.S_IMODE(os.stat(paths.token).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(paths.root).st_mode) == 0o700
     assert os.path.isfile(paths.log)
-    # Delta's log is read through the adapter's store (dbt/adapters/streamsql/log_store.py)
+    # Delta's log is read through the adapter's store (dbt/adapters/streamsql/spark/log_store.py)
     with open(paths.log) as log:
         server_log = log.read()
     assert "Delta log store for file: tables: io.streamsql.ListFromLogStore" in server_log

@@ -164,3 +164,64 @@ def test_no_function_takes_more_than_seven_parameters():
                 if parameter_count(node) > MAX_PARAMETERS:
                     over.append(f"{name}.{node.name} ({parameter_count(node)})")
     assert not over, "functions with more than 7 parameters: " + ", ".join(over)
+
+
+SPARK_ROOM = f"{PREFIX}.spark"
+HOST_MODULES = ("embedded_spark", "warm_server", "table_warmer", "log_store")
+# The dbt-facing modules start and reach Spark through the room; the room serves them and knows
+# nothing of them, of the step (execution/) or of the planner.
+ABOVE_THE_SPARK_ROOM = [f"{PREFIX}.{name}" for name in ("impl", "connections", "cli")]
+NOT_IMPORTED_BY_THE_SPARK_ROOM = [
+    *ABOVE_THE_SPARK_ROOM,
+    f"{PREFIX}.execution",
+    f"{PREFIX}.planning",
+]
+
+
+def within(module: str, room: str) -> bool:
+    return module == room or module.startswith(room + ".")
+
+
+def imports_out_of_room(graph: Dict[str, Set[str]], room: str, forbidden: List[str]) -> List[str]:
+    """Every import by a module of `room` of a module in (or under) one of `forbidden`."""
+    return [
+        f"{name} imports {imported}"
+        for name in sorted(graph)
+        if within(name, room)
+        for imported in sorted(graph[name])
+        if any(within(imported, other) for other in forbidden)
+    ]
+
+
+def test_the_room_check_finds_an_import_up_out_of_a_room():
+    graph = {
+        "p.room.a": {"p.room.b", "p.base"},
+        "p.room.b": {"p.top.x"},
+        "p.top": {"p.room.a"},
+        "p.roomy": {"p.top"},  # a neighbour whose name begins like the room's
+    }
+    assert imports_out_of_room(graph, "p.room", ["p.top"]) == ["p.room.b imports p.top.x"]
+
+
+def test_the_spark_host_is_a_room_of_its_own():
+    modules = package_modules()
+    assert {f"{SPARK_ROOM}.{name}" for name in HOST_MODULES} <= set(modules)
+    loose = [name for name in HOST_MODULES if f"{PREFIX}.{name}" in modules]
+    assert not loose, f"Spark host modules outside spark/: {loose}"
+    assert (PACKAGE / "spark" / "jvm" / "ListFromLogStore.java").is_file()
+
+
+def test_the_spark_room_imports_nothing_above_it():
+    upward = imports_out_of_room(module_graph(), SPARK_ROOM, NOT_IMPORTED_BY_THE_SPARK_ROOM)
+    assert not upward, (
+        "the Spark host (spark/) is below impl, connections and cli, beside execution/ and "
+        "planning/, and imports none of them:\n  " + "\n  ".join(upward)
+    )
+
+
+def test_the_dbt_facing_modules_reach_spark_through_its_room():
+    graph = module_graph()
+    users = {
+        name for name in ABOVE_THE_SPARK_ROOM if any(within(m, SPARK_ROOM) for m in graph[name])
+    }
+    assert {f"{PREFIX}.connections", f"{PREFIX}.cli"} <= users

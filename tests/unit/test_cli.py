@@ -15,8 +15,9 @@ import dbt.flags
 import pytest
 import yaml
 
-from dbt.adapters.streamsql import cli, warm_server
+from dbt.adapters.streamsql import cli
 from dbt.adapters.streamsql.__version__ import version as ADAPTER_VERSION
+from dbt.adapters.streamsql.spark import warm_server
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from dbt.adapters.streamsql.connections import (
     ThriftConnectionWrapper,
     thrift_session_configuration,
 )
-from dbt.adapters.streamsql.embedded_spark import SessionSettings
+from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings
 
 
 def test_server_side_parameters_become_hiveconf_session_settings():
@@ -149,7 +149,7 @@ def test_embedded_session_has_a_shuffle_partition_per_local_core(master, partiti
 def test_delta_jars_come_from_ivy_until_a_start_has_listed_the_files_it_resolved(
     tmp_path, monkeypatch
 ):
-    from dbt.adapters.streamsql import embedded_spark
+    from dbt.adapters.streamsql.spark import embedded_spark
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     coordinate = embedded_spark.delta_maven_coordinate()

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from dbt.adapters.streamsql import embedded_spark, log_store
+from dbt.adapters.streamsql.spark import embedded_spark, log_store
 
 JAR = "/cache/dbt-streamsql/streamsql-log-store-0123456789ab.jar"
 

@@ -6,9 +6,10 @@ import pytest
 from dbt.adapters.spark.connections import SparkConnectionMethod
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.streamsql import connections, embedded_spark, object_store
+from dbt.adapters.streamsql import connections, object_store
 from dbt.adapters.streamsql.connections import StreamSQLCredentials
-from dbt.adapters.streamsql.embedded_spark import SessionSettings
+from dbt.adapters.streamsql.spark import embedded_spark
+from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import List
 
-from dbt.adapters.streamsql.table_warmer import TableWarmer, delta_tables, local_tables_dir
+from dbt.adapters.streamsql.spark.table_warmer import TableWarmer, delta_tables, local_tables_dir
 
 
 def make_table(root: Path, *parts: str) -> Path:

@@ -13,13 +13,13 @@ import time
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.streamsql.embedded_spark import acquire_warehouse_lock
+from dbt.adapters.streamsql.spark.embedded_spark import acquire_warehouse_lock
 
 # Takes the lock as the adapter does, says so, and keeps it until its stdin closes, then `linger`
 # seconds more.
 HOLDER = """
 import sys, time
-from dbt.adapters.streamsql.embedded_spark import acquire_warehouse_lock
+from dbt.adapters.streamsql.spark.embedded_spark import acquire_warehouse_lock
 lock = acquire_warehouse_lock(sys.argv[1], 0)
 print("held", flush=True)
 sys.stdin.read()

@@ -11,10 +11,10 @@ import time
 import pytest
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.streamsql import warm_server
 from dbt.adapters.streamsql.connections import StreamSQLCredentials
-from dbt.adapters.streamsql.embedded_spark import SessionSettings
 from dbt.adapters.streamsql.execution.engine.delta_files import catalog_type
+from dbt.adapters.streamsql.spark import warm_server
+from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings
 
 
 def settings(tmp_path, **parameters):
@@ -214,3 +214,24 @@ def test_a_stopped_child_that_is_not_yet_reaped_is_not_alive():
         assert not warm_server.pid_alive(child.pid)
     finally:
         child.kill()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads a process's command line in /proc")
+def test_a_server_started_under_the_modules_former_name_is_still_a_server():
+    """warm_server.py moved into spark/: a server an earlier install started runs as
+    `python -m dbt.adapters.streamsql.warm_server` and must still be stopped or replaced as one."""
+    import subprocess
+    import sys
+
+    sleep = "import time; time.sleep(60)"
+    former = subprocess.Popen([sys.executable, "-c", sleep, "dbt.adapters.streamsql.warm_server"])
+    current = subprocess.Popen([sys.executable, "-c", sleep, warm_server.SERVER_MODULE])
+    stranger = subprocess.Popen([sys.executable, "-c", sleep])
+    try:
+        assert warm_server.is_server_process(former.pid)
+        assert warm_server.is_server_process(current.pid)
+        assert not warm_server.is_server_process(stranger.pid)
+    finally:
+        for process in (former, current, stranger):
+            process.kill()
+            process.wait()

@@ -21,8 +21,8 @@ from typing import Any, List, Optional
 
 from dbt_common.exceptions import DbtRuntimeError
 
-from dbt.adapters.streamsql import warm_server
 from dbt.adapters.streamsql.__version__ import version as ADAPTER_VERSION
+from dbt.adapters.streamsql.spark import warm_server
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # and `stop` when no server was running, as `pg_ctl stop`

@@ -23,9 +23,10 @@ from dbt.adapters.spark.session import Cursor, SessionConnectionWrapper
 from dbt_common.dataclass_schema import StrEnum
 from dbt_common.exceptions import DbtDatabaseError, DbtRuntimeError
 
-from dbt.adapters.streamsql import object_store, warm_server
-from dbt.adapters.streamsql.embedded_spark import SessionSettings, get_spark_session
+from dbt.adapters.streamsql import object_store
 from dbt.adapters.streamsql.execution.engine.sql_session import is_connect_session
+from dbt.adapters.streamsql.spark import warm_server
+from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
 
 logger = AdapterLogger("StreamSQL")
 
@@ -71,7 +72,7 @@ class StreamSQLCredentials(SparkCredentials):
     master: Optional[str] = None
     lock_timeout: int = 600
     # method: session. True: the first dbt command starts a Spark Connect server for the
-    # warehouse that later commands reuse (warm_server.py); False: Spark in the dbt process.
+    # warehouse that later commands reuse (spark/warm_server.py); False: Spark in the dbt process.
     keep_warm: bool = True
     idle_timeout: int = warm_server.DEFAULT_IDLE_TIMEOUT
 

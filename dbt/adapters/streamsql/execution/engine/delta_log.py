@@ -7,7 +7,7 @@ in its last commit), whether a write landed. Two readers answer them:
 - `SqlDeltaLog` asks through SQL (`DESCRIBE HISTORY`, `DESCRIBE DETAIL`, `DESCRIBE TABLE`). It works
   on every connection, a Thrift Server included; each question is a statement of 0.05-0.2 s, and
   reading history is the dearest of them.
-- `FileDeltaLog` (delta_files.py: a warm server on this machine, warm_server.py) reads the log's
+- `FileDeltaLog` (delta_files.py: a warm server on this host, spark/warm_server.py) reads the log's
   files itself: the newest version's checksum file (version, id, properties, schema, size) and
   the commit files, each in well under a millisecond. It takes the table's location from dbt's
   relation cache, else asks SQL once per table and dbt invocation (`DESCRIBE DETAIL`), and asks

@@ -1,7 +1,8 @@
 """The SQL session a step runs in: the `SqlSession` protocol, and the adapter's connection.
 
-Not to be confused with `embedded_spark.py`, which starts the SparkSession that `method: session`
-connections run on; this module is how a step sends SQL through whichever connection dbt holds.
+Not to be confused with `spark/embedded_spark.py`, which starts the SparkSession that
+`method: session` connections run on; this module is how a step sends SQL through whichever
+connection dbt holds.
 """
 
 from __future__ import annotations

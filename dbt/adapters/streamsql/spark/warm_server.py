@@ -5,7 +5,7 @@ metastore costs a new process 20-30 s before its first model; with `method: sess
 `keep_warm: true` (the default) the first `dbt` command on a warehouse starts this server instead,
 detached from dbt, and every later command connects to it over Spark Connect in milliseconds.
 
-The server is a Python process (`python -m dbt.adapters.streamsql.warm_server serve ...`) that
+The server is a Python process (`python -m dbt.adapters.streamsql.spark.warm_server serve ...`) that
 starts the same embedded SparkSession `method: session` starts in-process (Delta, the warehouse's
 Derby metastore, the profile's `server_side_parameters`, the warehouse lock) with Spark's Connect
 plugin, listening on the loopback address only and requiring a token. Its JVM is its child and
@@ -46,14 +46,15 @@ from dbt_common.exceptions import DbtRuntimeError
 from filelock import FileLock, Timeout
 
 from dbt.adapters.streamsql.__version__ import version as ADAPTER_VERSION
-from dbt.adapters.streamsql.embedded_spark import SessionSettings, output_tail
-from dbt.adapters.streamsql.log_store import LOG_STORE_SETTING
-from dbt.adapters.streamsql.table_warmer import report_warming, server_warmer
+from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, output_tail
+from dbt.adapters.streamsql.spark.log_store import LOG_STORE_SETTING
+from dbt.adapters.streamsql.spark.table_warmer import report_warming, server_warmer
 
 logger = AdapterLogger("StreamSQL")
 
 LOOPBACK = "127.0.0.1"
-SERVER_MODULE = "dbt.adapters.streamsql.warm_server"
+SERVER_MODULE = "dbt.adapters.streamsql.spark.warm_server"
+FORMER_SERVER_MODULE = "dbt.adapters.streamsql.warm_server"  # before spark/: still a server
 DEFAULT_IDLE_TIMEOUT = 1800
 # A client touches the heartbeat this often while connected; a server replaced for other
 # settings is "in use" if touched within twice that.
@@ -193,7 +194,8 @@ def is_server_process(pid: int) -> bool:
     """Whether `pid` runs this module's server (where /proc tells; assumed elsewhere)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return SERVER_MODULE.encode() in handle.read()
+            command = handle.read()
+        return SERVER_MODULE.encode() in command or FORMER_SERVER_MODULE.encode() in command
     except FileNotFoundError:
         return not os.path.isdir("/proc") and pid_alive(pid)
     except OSError:
@@ -236,7 +238,7 @@ def ensure_server(
     other settings is stopped and replaced, unless a dbt process used it in the last minute (then
     this fails, saying how to stop it).
     """
-    from dbt.adapters.streamsql.embedded_spark import check_java
+    from dbt.adapters.streamsql.spark.embedded_spark import check_java
 
     check_java()  # said here, not in the log of a server that could not start
     paths = ServerPaths(settings.warehouse_dir)
@@ -476,7 +478,7 @@ def server_parameters(config: Dict[str, Any], port: int, token: str) -> Dict[str
 
 def serve(config_path: str) -> int:
     """The server's main: start Spark with Connect, publish server.json, stop when idle."""
-    from dbt.adapters.streamsql.embedded_spark import get_spark_session
+    from dbt.adapters.streamsql.spark.embedded_spark import get_spark_session
 
     with open(config_path) as handle:
         config = json.load(handle)

@@ -30,7 +30,7 @@ from dbt_common.exceptions import DbtRuntimeError
 from filelock import FileLock, Timeout
 
 from dbt.adapters.streamsql import object_store
-from dbt.adapters.streamsql.log_store import (
+from dbt.adapters.streamsql.spark.log_store import (
     LOG_STORE_SETTING,
     cache_dir,
     is_store_jar,
