@@ -28,7 +28,7 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.streamsql.execution.commit import small_files
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from dbt.adapters.streamsql.execution.configs import MODEL_CONFIGS
+from dbt.adapters.streamsql.execution.shared.configs import MODEL_CONFIGS
 from tests.functional.test_incremental_view_basics import by_name
 from tests.functional.test_side_tables_and_run_sql import SOURCES
 

@@ -21,9 +21,9 @@ from typing import Optional
 
 import pytest
 
+from dbt.adapters.streamsql.execution.commit.aggregate_state import group_columns
+from dbt.adapters.streamsql.execution.commit.bounds import range_measures, ranges_from
 from dbt.adapters.streamsql.execution.engine import statements
-from dbt.adapters.streamsql.execution.pipeline.aggregate_state import group_columns
-from dbt.adapters.streamsql.execution.pipeline.bounds import range_measures, ranges_from
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,
     GROUP_ALIAS,

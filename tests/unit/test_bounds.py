@@ -1,17 +1,17 @@
 """Key bounds: what the planner derives from join conditions (planning/bounds.py), and how the
-executor turns them into literal predicates (execution/bounds.py), without Spark."""
+executor turns them into literal predicates (execution/commit/bounds.py), without Spark."""
 
 import sqlglot
 from sqlglot import exp
 
-from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.model import ModelSettings
-from dbt.adapters.streamsql.execution.pipeline.bounds import (
+from dbt.adapters.streamsql.execution.commit.bounds import (
     bind_bounds,
     change_measures,
     range_measures,
     ranges_from,
 )
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.shared.model import ModelSettings
 from dbt.adapters.streamsql.planning.bounds import (
     AT_LEAST,
     AT_MOST,

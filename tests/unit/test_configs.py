@@ -1,6 +1,6 @@
-"""The config declarations (`setting` fields of execution/model.py's `ModelSettings`): every config
-reaches the step as declared, what configs.py and impl.py derive from them agrees with them, and
-docs/configuration.md's tables say what the declarations say."""
+"""The config declarations (`setting` fields of execution/shared/model.py's `ModelSettings`): every
+config reaches the step as declared, what configs.py and impl.py derive from them agrees with them,
+and docs/configuration.md's tables say what the declarations say."""
 
 from __future__ import annotations
 
@@ -14,10 +14,14 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from dbt.adapters.streamsql.execution import config_kinds, configs
-from dbt.adapters.streamsql.execution.config_kinds import ConfigError, declared_configs, setting
-from dbt.adapters.streamsql.execution.configs import MODEL_CONFIGS, SETTINGS
-from dbt.adapters.streamsql.execution.model import STORAGE_PROPERTIES, ModelSettings
+from dbt.adapters.streamsql.execution.shared import config_kinds, configs
+from dbt.adapters.streamsql.execution.shared.config_kinds import (
+    ConfigError,
+    declared_configs,
+    setting,
+)
+from dbt.adapters.streamsql.execution.shared.configs import MODEL_CONFIGS, SETTINGS
+from dbt.adapters.streamsql.execution.shared.model import STORAGE_PROPERTIES, ModelSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -10,10 +10,10 @@ import pytest
 import sqlglot
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from dbt.adapters.streamsql.execution.configs import config_warnings
 from dbt.adapters.streamsql.execution.event_time import emit_final as emit
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.pipeline.step import StepError, run_step
+from dbt.adapters.streamsql.execution.shared.configs import config_warnings
 from dbt.adapters.streamsql.planning.plan import Column
 from tests.unit.test_step import (
     AGGREGATE,

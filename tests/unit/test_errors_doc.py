@@ -75,9 +75,9 @@ WRAPPERS: Dict[Tuple[str, str], str] = {
     ("execution/explain.py", "{error}"): "'Model <m>: ' before a PlanningError's message",
 }
 INTERNAL: Dict[Tuple[str, str], str] = {
-    ("commit/side_tables.py", "were not handed over"): "the package's own materialization hands "
+    ("engine/side_tables.py", "were not handed over"): "the package's own materialization hands "
     "dbt's side-table macros over; a user's override of a macro does not change that",
-    ("commit/side_tables.py", "no macro implements"): "the package's own macro files, rendered "
+    ("engine/side_tables.py", "no macro implements"): "the package's own macro files, rendered "
     "without dbt (a step run from Python), lack one of its macros",
 }
 

@@ -7,7 +7,6 @@ from typing import Optional
 import pytest
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from dbt.adapters.streamsql.execution.event_time.lateness import LatenessRule
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
 from dbt.adapters.streamsql.execution.event_time.watermark import WatermarkRule
 from dbt.adapters.streamsql.execution.explain import (
@@ -21,8 +20,9 @@ from dbt.adapters.streamsql.execution.explain import (
     split_reason,
     top_reason,
 )
-from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.pipeline.keys import merge_key
+from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
+from dbt.adapters.streamsql.execution.shared.model import ModelSettings
 from dbt.adapters.streamsql.planning.plan import Column, InputTable, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step
 

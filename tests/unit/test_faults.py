@@ -12,18 +12,18 @@ import datetime
 
 import pytest
 
-from dbt.adapters.streamsql.execution import configs
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import Commit
-from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.explain import explain_model
-from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.pipeline import keys
-from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.execution.pipeline.step import run_step
 from dbt.adapters.streamsql.execution.recovery import faults, retention, schema
 from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
+from dbt.adapters.streamsql.execution.shared import configs, intervals
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.input_state import InputState
+from dbt.adapters.streamsql.execution.shared.model import ModelSettings
 from dbt.adapters.streamsql.planning.plan import Column, InputTable
 from tests.unit.fake_sql_session import FakeSqlSession
 
@@ -217,7 +217,7 @@ def test_lost_history_is_told_from_sparks_messages():
     ],
 )
 def test_delta_intervals_are_read_in_seconds(text, seconds):
-    assert retention.interval_seconds(text) == seconds
+    assert intervals.interval_seconds(text) == seconds
 
 
 def test_a_short_retention_warns_with_the_date_the_next_step_must_run_by():

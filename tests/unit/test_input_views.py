@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from dbt.adapters.streamsql.execution.commit.record import sql_fingerprint
-from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.pipeline import input_views
 from dbt.adapters.streamsql.execution.pipeline.input_views import (
     ViewDefinition,
@@ -19,6 +18,7 @@ from dbt.adapters.streamsql.execution.pipeline.input_views import (
     with_view,
 )
 from dbt.adapters.streamsql.execution.pipeline.step import run_step
+from dbt.adapters.streamsql.execution.shared.errors import StepError
 from tests.unit.test_step import model, new_session, roles, steps_recorded
 
 VIEW = ViewDefinition("demo.stg", "select id, k from src where k is not null", "demo", ("id", "k"))

@@ -4,7 +4,7 @@ import pytest
 import sqlglot
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord, last_record
-from dbt.adapters.streamsql.execution.commit.side_tables import default_side_table_sql
+from dbt.adapters.streamsql.execution.engine.side_tables import default_side_table_sql
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.planning.plan import Column
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.recovery.schema import check_types
+from dbt.adapters.streamsql.execution.shared.errors import StepError
 from dbt.adapters.streamsql.planning.plan import Column
 
 

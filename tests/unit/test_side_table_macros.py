@@ -15,7 +15,7 @@ import jinja2
 import pytest
 import sqlglot
 
-from dbt.adapters.streamsql.execution.commit import side_tables as side
+from dbt.adapters.streamsql.execution.engine import side_tables as side
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time import watermark as wm

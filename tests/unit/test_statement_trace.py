@@ -14,7 +14,7 @@ import pytest
 from dbt.adapters.streamsql import impl
 from dbt.adapters.streamsql.execution.engine.sql_session import AdapterSqlSession, wait_for
 from dbt.adapters.streamsql.execution.engine.trace import StatementTrace, read_script
-from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.shared.errors import StepError
 from tests.unit.test_step import (
     AGGREGATE,
     EVENTS,

@@ -20,7 +20,6 @@ from dbt.adapters.streamsql.execution.commit.record import (
     legacy_fingerprint,
     sql_fingerprint,
 )
-from dbt.adapters.streamsql.execution.errors import FAULT_INJECTION_ENV, InjectedFault
 from dbt.adapters.streamsql.execution.pipeline import small_step
 from dbt.adapters.streamsql.execution.pipeline.step import (
     ModelSettings,
@@ -28,6 +27,7 @@ from dbt.adapters.streamsql.execution.pipeline.step import (
     flush_step,
     run_step,
 )
+from dbt.adapters.streamsql.execution.shared.errors import FAULT_INJECTION_ENV, InjectedFault
 from tests.unit.fake_sql_session import FakeSqlSession
 
 SRC = [("id", "bigint"), ("k", "bigint"), ("v", "bigint")]

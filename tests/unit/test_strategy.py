@@ -2,9 +2,9 @@
 
 import pytest
 
-from dbt.adapters.streamsql.execution import configs
 from dbt.adapters.streamsql.execution.explain import explain_model
 from dbt.adapters.streamsql.execution.pipeline.step import ModelSettings, StepError, run_step
+from dbt.adapters.streamsql.execution.shared import configs
 from tests.unit.fake_sql_session import FakeSqlSession
 
 SRC = [("id", "bigint"), ("k", "bigint"), ("v", "bigint")]

@@ -3,7 +3,7 @@
 import pytest
 import sqlglot
 
-from dbt.adapters.streamsql.execution.commit.side_tables import default_side_table_sql
+from dbt.adapters.streamsql.execution.engine.side_tables import default_side_table_sql
 from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.event_time.lateness import LatenessConfigError
 from dbt.adapters.streamsql.planning.plan import Column

@@ -15,10 +15,10 @@ from dbt_common.exceptions import DbtRuntimeError
 from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
-from dbt.adapters.streamsql.execution import configs
-from dbt.adapters.streamsql.execution.commit import history, side_tables
-from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql
+from dbt.adapters.streamsql.execution.commit import history
+from dbt.adapters.streamsql.execution.engine import side_tables
 from dbt.adapters.streamsql.execution.engine.delta_log import NotDeltaTable, TableMissing
+from dbt.adapters.streamsql.execution.engine.side_tables import SideTableSql
 from dbt.adapters.streamsql.execution.engine.sql_session import AdapterSqlSession
 from dbt.adapters.streamsql.execution.pipeline.step import (
     ModelSettings,
@@ -27,6 +27,7 @@ from dbt.adapters.streamsql.execution.pipeline.step import (
     flush_step,
     run_step,
 )
+from dbt.adapters.streamsql.execution.shared import configs
 from dbt.adapters.streamsql.planning.binding import pinned_text
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
 from dbt.adapters.streamsql.planning.types import comparable
@@ -41,7 +42,7 @@ NESTED_TREE_TYPES = {"array", "map", "struct"}
 
 
 # The configs dbt learns of from the adapter: dbt-spark's, with Delta as the file format, plus a
-# field for each setting declared in execution/model.py that dbt-spark does not have.
+# field for each setting declared in execution/shared/model.py that dbt-spark does not have.
 StreamSQLConfig = make_dataclass(
     "StreamSQLConfig",
     [

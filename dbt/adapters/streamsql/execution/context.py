@@ -14,13 +14,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, List, Optional
 
-from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.engine.bindings import Bindings
 from dbt.adapters.streamsql.execution.engine.delta_log import DeltaLogReader
+from dbt.adapters.streamsql.execution.engine.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.engine.views import StepViews
-from dbt.adapters.streamsql.execution.errors import FAULT_INJECTION_ENV, InjectedFault
-from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.shared.errors import FAULT_INJECTION_ENV, InjectedFault
+from dbt.adapters.streamsql.execution.shared.model import ModelSettings
 
 
 @dataclass

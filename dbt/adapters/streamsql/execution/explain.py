@@ -20,19 +20,19 @@ from dbt.adapters.streamsql.execution.commit.record import StepRecord, sql_finge
 from dbt.adapters.streamsql.execution.commit.tables import sql_changed
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
-from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.event_time.emit_final import final_columns, plan_name
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
-from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.pipeline import input_views, inputs, plan_choice
-from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.execution.plan_advice import (
     avoid_partial_recompute,
     avoid_recompute,
     is_partial_recompute,
 )
 from dbt.adapters.streamsql.execution.recovery import faults, schema
-from dbt.adapters.streamsql.execution.result import StepResult, human_size
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.input_state import InputState
+from dbt.adapters.streamsql.execution.shared.model import ModelSettings
+from dbt.adapters.streamsql.execution.shared.result import StepResult, human_size
 from dbt.adapters.streamsql.execution.step_state import StepChoice, StepState
 from dbt.adapters.streamsql.planning import global_top_k
 from dbt.adapters.streamsql.planning.errors import PlanningError

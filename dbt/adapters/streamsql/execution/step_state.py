@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from dbt.adapters.streamsql.execution.commit.writes import StepWrites
-from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.shared.result import StepResult
+from dbt.adapters.streamsql.execution.shared.writes import StepWrites
 from dbt.adapters.streamsql.planning.plan import StepPlan
 
 

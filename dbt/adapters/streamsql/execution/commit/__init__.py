@@ -1,7 +1,8 @@
-"""The commit protocol: how a step's writes become durable exactly once.
+"""The commit protocol: how a step's writes become durable exactly once, and the tables it keeps.
 
-writes.py names the writes (the data types only), record.py the step record stored in the model's
-commit, transactions.py the Delta transaction ids and commit metadata around each write,
-protocol.py the write order, side_tables.py the side tables' SQL, history.py reads the model's
-history back (the last step, unfinished side writes), tables.py creates and compacts the tables.
+record.py is the step record stored in the model's commit, transactions.py the Delta transaction
+ids and commit metadata around each write, protocol.py the write order (the writes themselves are
+data: shared/writes.py), history.py reads the model's history back (the last step, unfinished
+side writes), tables.py creates and compacts the tables, aggregate_state.py reads an aggregate's
+state for the groups a step changes, bounds.py bounds state reads and MERGEs by key ranges.
 """

@@ -31,11 +31,11 @@ from __future__ import annotations
 import time
 from typing import Dict, Optional
 
-from dbt.adapters.streamsql.execution.commit.writes import PENDING, WATERLINE
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
 from dbt.adapters.streamsql.execution.event_time.watermark import RELEASED_STEP
-from dbt.adapters.streamsql.execution.recovery.retention import human
+from dbt.adapters.streamsql.execution.shared.intervals import human
+from dbt.adapters.streamsql.execution.shared.writes import PENDING, WATERLINE
 from dbt.adapters.streamsql.execution.step_state import StepState
 
 # The longest a model goes between two clean-ups (a shorter retention: that long).

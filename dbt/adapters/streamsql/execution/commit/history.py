@@ -20,7 +20,7 @@ from dbt.adapters.streamsql.execution.commit.record import (
 )
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import Commit, DeltaLogReader
-from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.shared.errors import StepError
 
 HISTORY_PAGE = 50  # commits of the model's history read to find its last step record
 

@@ -27,10 +27,25 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
+from dbt.adapters.streamsql.execution.commit.aggregate_state import group_columns
+from dbt.adapters.streamsql.execution.commit.bounds import (
+    CHANGE_ALIAS,
+    change_measures,
+    key_columns,
+    ranges_from,
+)
 from dbt.adapters.streamsql.execution.commit.history import newest_record
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.commit.transactions import with_record
-from dbt.adapters.streamsql.execution.commit.writes import (
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import model_writes
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.sql_session import measured
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time import watermark as wm
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.result import WRITE_REWRITE
+from dbt.adapters.streamsql.execution.shared.writes import (
     LATE,
     PENDING,
     WATERLINE,
@@ -38,21 +53,6 @@ from dbt.adapters.streamsql.execution.commit.writes import (
     StateWrite,
     StepWrites,
 )
-from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.engine import model_writes
-from dbt.adapters.streamsql.execution.engine import statements as sql
-from dbt.adapters.streamsql.execution.engine.sql_session import measured
-from dbt.adapters.streamsql.execution.errors import StepError
-from dbt.adapters.streamsql.execution.event_time import lateness as late
-from dbt.adapters.streamsql.execution.event_time import watermark as wm
-from dbt.adapters.streamsql.execution.pipeline.aggregate_state import group_columns
-from dbt.adapters.streamsql.execution.pipeline.bounds import (
-    CHANGE_ALIAS,
-    change_measures,
-    key_columns,
-    ranges_from,
-)
-from dbt.adapters.streamsql.execution.result import WRITE_REWRITE
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import Column
 

@@ -35,11 +35,11 @@ from typing import List, Optional
 from urllib.parse import unquote, urlparse
 
 from dbt.adapters.streamsql.execution.commit.transactions import with_settings
-from dbt.adapters.streamsql.execution.commit.writes import LATE, PENDING, WATERLINE
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing, TableSnapshot
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
-from dbt.adapters.streamsql.execution.result import human_size
+from dbt.adapters.streamsql.execution.shared.result import human_size
+from dbt.adapters.streamsql.execution.shared.writes import LATE, PENDING, WATERLINE
 from dbt.adapters.streamsql.execution.step_state import StepState
 
 COMPACT_CHECK_EVERY = 10  # steps

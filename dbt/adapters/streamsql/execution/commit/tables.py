@@ -12,25 +12,32 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution.commit import side_tables as side
 from dbt.adapters.streamsql.execution.commit.record import (
     StepRecord,
     changed_clauses,
 )
 from dbt.adapters.streamsql.execution.commit.transactions import with_record, with_settings
 from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import side_tables as side
 from dbt.adapters.streamsql.execution.engine import statements as sql
-from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.engine.sql_session import describe_query
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
-from dbt.adapters.streamsql.execution.pipeline.inputs import (
-    InputState,
-    describe_query,
-    describe_views,
-)
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.input_state import InputState
+from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
 from dbt.adapters.streamsql.execution.step_state import StepState
-from dbt.adapters.streamsql.planning.plan import AggregatePlan, Column, StepPlan
+from dbt.adapters.streamsql.planning.plan import (
+    WEIGHT,
+    AggregatePlan,
+    Column,
+    StagePlan,
+    StepPlan,
+    delta_input,
+    new_input,
+    old_input,
+)
 
 STATE_LAYOUT = "log"  # how state tables keep their rows (progress.StepRecord.state_layout)
 # When a state table is compacted (compact_state_tables): once the rows appended since its last
@@ -187,6 +194,22 @@ def create_event_time_tables(
                 ctx.session.run(statement)
 
 
+def describe_views(inputs: Sequence[InputState], stages: Sequence[StagePlan]) -> Dict[str, str]:
+    """Relations with the columns of every placeholder, to DESCRIBE a plan's SQL with."""
+    views: Dict[str, str] = {}
+    for i, item in enumerate(inputs):
+        views[new_input(i)] = views[old_input(i)] = f"(SELECT * FROM {item.relation})"
+        views[delta_input(i)] = f"(SELECT *, CAST(1 AS BIGINT) AS {WEIGHT} FROM {item.relation})"
+    for stage in stages:
+        views[new_input(stage.position)] = views[old_input(stage.position)] = (
+            f"({sql.typed_nothing(stage.columns)})"
+        )
+        views[delta_input(stage.position)] = (
+            f"({sql.typed_nothing(list(stage.columns) + [Column(WEIGHT, 'bigint')])})"
+        )
+    return views
+
+
 def create_state_table(
     ctx: StepContext,
     table: str,
@@ -275,7 +298,7 @@ def due_for_compaction(live: int, appended: int, steps: int) -> bool:
 
 
 def compact_state_tables(
-    ctx: StepContext, plan: StepPlan, step: StepState, lateness: Sequence[late.LatenessRule] = ()
+    ctx: StepContext, plan: StepPlan, step: StepState, lateness: Sequence[LatenessRule] = ()
 ) -> None:
     """Rewrite each state table whose appended rows outnumber its live groups and
     COMPACT_MIN_ROWS (or that was appended to COMPACT_AFTER_STEPS times) as one row per live
@@ -332,7 +355,7 @@ def compact_state_tables(
 def state_line_risen(
     ctx: StepContext,
     outputs: Sequence[Tuple[str, str]],
-    lateness: Sequence[late.LatenessRule],
+    lateness: Sequence[LatenessRule],
     waterline: Mapping[str, Optional[str]],
     lines: Mapping[str, str],
 ) -> bool:
@@ -357,7 +380,7 @@ def state_line_risen(
 def dropped_groups(
     ctx: StepContext,
     outputs: Sequence[Tuple[str, str]],
-    lateness: Sequence[late.LatenessRule],
+    lateness: Sequence[LatenessRule],
     waterline: Mapping[str, Optional[str]],
     lines: Mapping[str, str],
 ) -> Tuple[str, Dict[str, str]]:

@@ -37,6 +37,7 @@ from dbt.adapters.streamsql.execution.engine.delta_files import (
 from dbt.adapters.streamsql.execution.engine.delta_log import DeltaLogReader, SqlDeltaLog
 from dbt.adapters.streamsql.execution.engine.statements import cached_view, reset_conf, set_conf
 from dbt.adapters.streamsql.execution.engine.trace import StatementTrace
+from dbt.adapters.streamsql.planning.plan import Column
 
 
 def is_connect_session(spark: Any) -> bool:
@@ -113,6 +114,25 @@ def measured(relation: str, measures: Dict[str, str], alias: str = "") -> str:
     """The query of `measures` over `relation` (aliased `alias`)."""
     select = ", ".join(f"{expression} AS {name}" for name, expression in measures.items())
     return f"SELECT {select} FROM {relation}" + (f" AS {alias}" if alias else "")
+
+
+def describe_query(session: SqlSession, select: str) -> List[Column]:
+    body = select.strip().rstrip(";")
+    return [
+        Column(row["col_name"], row["data_type"])
+        for row in describe_rows(session, f"DESCRIBE QUERY {body}")
+    ]
+
+
+def describe_rows(session: SqlSession, statement: str) -> List[Dict[str, Any]]:
+    """The column rows of a DESCRIBE, without the partition and detail sections after them."""
+    rows = []
+    for row in session.query(statement):
+        name = (row.get("col_name") or "").strip()
+        if not name or name.startswith("#"):
+            break  # partition and detail sections follow a blank or '#' line
+        rows.append(row)
+    return rows
 
 
 def checkpoint_text(name: str, select: str, measures: Dict[str, str], alias: str) -> str:

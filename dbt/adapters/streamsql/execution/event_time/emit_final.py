@@ -32,9 +32,9 @@ from __future__ import annotations
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.engine import statements as sql
-from dbt.adapters.streamsql.execution.errors import StepError
-from dbt.adapters.streamsql.execution.event_time import lateness as late
-from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
+from dbt.adapters.streamsql.execution.shared.model import ModelSettings
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
     GROUPS,
@@ -47,7 +47,7 @@ from dbt.adapters.streamsql.planning.plan import (
 PLAN_NAME = "aggregate, emit final"
 
 # (rule, the lateness column as SQL over a state row aliased GROUP_ALIAS)
-FinalColumn = Tuple[late.LatenessRule, str]
+FinalColumn = Tuple[LatenessRule, str]
 
 
 class EmitFinalConfigError(StepError):
@@ -64,7 +64,7 @@ def plan_name(plan: StepPlan, model: ModelSettings) -> str:
 def final_columns(
     model: ModelSettings,
     plan: StepPlan,
-    lateness: Sequence[late.LatenessRule],
+    lateness: Sequence[LatenessRule],
     watermark: Sequence[object] = (),
 ) -> List[FinalColumn]:
     """The lateness columns that decide when a group is final ([] without emit_final).

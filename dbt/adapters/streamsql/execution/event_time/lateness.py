@@ -15,13 +15,14 @@ side tables come from macros (side_tables.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import sqlglot
 from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.engine.statements import column_list, quote
+from dbt.adapters.streamsql.execution.shared.intervals import KEEP_FOREVER
+from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
 from dbt.adapters.streamsql.planning.plan import DIALECT, WEIGHT, Column
 
 LATE_COLUMN = "_streamsql_column"
@@ -45,48 +46,6 @@ WATERLINE_COLUMNS = (
 
 class LatenessConfigError(Exception):
     pass
-
-
-# config final_state_retention: a final group's state is kept for ever
-KEEP_FOREVER = "forever"
-
-
-@dataclass(frozen=True)
-class LatenessRule:
-    column: Column
-    lateness: str  # a constant Spark SQL expression
-    max_future: Optional[str] = None
-    # How far below the waterline an aggregate keeps the state of final groups (config
-    # final_state_retention, a constant expression like `lateness`): "" for the lateness
-    # itself, None for ever.
-    final_state: Optional[str] = ""
-
-    def literal(self, value: str) -> str:
-        """A stored waterline (a string) as a value of the column's type."""
-        return f"CAST('{value}' AS {self.column.data_type})"
-
-    @property
-    def state_kept(self) -> Optional[str]:
-        """How far below the waterline final groups' state is kept; None: for ever."""
-        return self.lateness if self.final_state == "" else self.final_state
-
-    def state_line(self, waterline: str, dropped_before: Optional[str]) -> str:
-        """SQL for the value below which a final group's state is dropped, given the
-        waterline: the waterline minus `state_kept`, never below an earlier line (as a string,
-        like a waterline)."""
-        line = self._below(self.literal(waterline))
-        if dropped_before is not None:
-            line = f"greatest({self.literal(dropped_before)}, {line})"
-        return f"CAST({line} AS STRING)"
-
-    def state_line_risen(self, waterline: str, dropped_before: str) -> str:
-        """SQL for whether the line, given the waterline, now lies `state_kept` or more above
-        the line `dropped_before` (true: a rewrite would drop that much more state)."""
-        above = f"CAST({self.literal(dropped_before)} + ({self.state_kept}) AS "
-        return f"{self._below(self.literal(waterline))} >= {above}{self.column.data_type})"
-
-    def _below(self, value: str) -> str:
-        return f"CAST({value} - ({self.state_kept}) AS {self.column.data_type})"
 
 
 def constant_expression(text: str) -> bool:

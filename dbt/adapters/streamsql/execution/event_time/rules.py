@@ -14,20 +14,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution.commit.writes import HeldWrite, QuarantineWrite
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
-from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time import watermark as wm
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
+from dbt.adapters.streamsql.execution.shared.writes import HeldWrite, QuarantineWrite
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 
 @dataclass
 class EventTimeRules:
-    lateness: List[late.LatenessRule]
+    lateness: List[LatenessRule]
     watermark: List[wm.WatermarkRule]
 
     @property
@@ -73,9 +74,7 @@ def event_time_rules(ctx: StepContext, output_columns: Sequence[Column]) -> Even
     return EventTimeRules(rules, held)
 
 
-def check_subtraction(
-    ctx: StepContext, rule: late.LatenessRule, config_name: str, amount: str
-) -> None:
+def check_subtraction(ctx: StepContext, rule: LatenessRule, config_name: str, amount: str) -> None:
     """Fails the step, naming the config, unless `amount` can be subtracted from the rule's
     column and leaves a value of the column's type."""
     try:
@@ -155,7 +154,7 @@ def apply_lateness(
     step: StepState,
     net: str,
     columns: Sequence[Column],
-    rules: Sequence[late.LatenessRule],
+    rules: Sequence[LatenessRule],
 ) -> str:
     """Set late changes aside, move the waterline, and return the changes to apply."""
     previous, record = step.previous, step.record

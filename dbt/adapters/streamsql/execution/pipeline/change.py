@@ -19,23 +19,24 @@ from functools import reduce
 from typing import Mapping, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit import tables
-from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite
-from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.engine import statements as sql
-from dbt.adapters.streamsql.execution.engine.bindings import MATERIALIZED
-from dbt.adapters.streamsql.execution.engine.views import inline
-from dbt.adapters.streamsql.execution.errors import DroppedStateReached
-from dbt.adapters.streamsql.execution.event_time import emit_final as emit
-from dbt.adapters.streamsql.execution.event_time import lateness as late
-from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
-from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
+from dbt.adapters.streamsql.execution.commit.aggregate_state import (
     StateRead,
     changed_groups,
     group_columns,
     output_change,
     state_before,
 )
-from dbt.adapters.streamsql.execution.pipeline.bounds import CHANGE_ALIAS, bind_bounds
+from dbt.adapters.streamsql.execution.commit.bounds import CHANGE_ALIAS, bind_bounds
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.bindings import MATERIALIZED
+from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.event_time import emit_final as emit
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
+from dbt.adapters.streamsql.execution.shared.errors import DroppedStateReached
+from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
+from dbt.adapters.streamsql.execution.shared.writes import ModelChange, StateWrite
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning import global_top_k
 from dbt.adapters.streamsql.planning.plan import (
@@ -86,7 +87,7 @@ def stage_change(
     step: StepState,
     plan: StepPlan,
     stage: StagePlan,
-    lateness: Sequence[late.LatenessRule],
+    lateness: Sequence[LatenessRule],
 ) -> Tuple[int, StateWrite]:
     """Bind a stage's placeholders (its result before and after the step, and the change).
 
@@ -142,7 +143,7 @@ def stage_change(
 
 def check_lines(
     lines: Mapping[str, str],
-    lateness: Sequence[late.LatenessRule],
+    lateness: Sequence[LatenessRule],
     outputs: Sequence[Tuple[str, str]],
 ) -> None:
     """A state table lacks the groups below `lines`; if the model no longer declares the
@@ -304,7 +305,7 @@ def recompute_change(
 def state_read(
     step: StepState,
     state: str,
-    lateness: Sequence[late.LatenessRule],
+    lateness: Sequence[LatenessRule],
     dropped: Mapping[str, str],
     group_outputs: Optional[Sequence[Tuple[str, str]]] = None,
 ) -> StateRead:
@@ -324,7 +325,7 @@ def state_read(
 
 
 def aggregate_change(
-    ctx: StepContext, step: StepState, plan: StepPlan, lateness: Sequence[late.LatenessRule]
+    ctx: StepContext, step: StepState, plan: StepPlan, lateness: Sequence[LatenessRule]
 ) -> Tuple[ModelChange, StateWrite]:
     """The top aggregate's change to the model, and the write of its state."""
     aggregate, previous = plan.aggregate, step.previous

@@ -23,9 +23,10 @@ from sqlglot import exp
 
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import quoted
-from dbt.adapters.streamsql.execution.errors import StepError
 from dbt.adapters.streamsql.execution.pipeline import inputs
-from dbt.adapters.streamsql.execution.pipeline.inputs import InputState, InputUnreadable
+from dbt.adapters.streamsql.execution.pipeline.inputs import InputUnreadable
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.input_state import InputState
 from dbt.adapters.streamsql.planning.binding import input_references, parse_query
 from dbt.adapters.streamsql.planning.plan import DIALECT
 from dbt.adapters.streamsql.planning.references import normalize_table_name

@@ -12,8 +12,7 @@ relations pinned to versions, made readable when a statement first uses them (bi
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.context import StepContext
@@ -25,29 +24,18 @@ from dbt.adapters.streamsql.execution.engine.delta_log import (
     TableMissing,
     quoted,
 )
-from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
-from dbt.adapters.streamsql.execution.errors import StepError
-from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession, describe_query
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.input_state import InputChange, InputState
+from dbt.adapters.streamsql.execution.shared.result import StepResult
 from dbt.adapters.streamsql.planning.plan import (
-    WEIGHT,
     Column,
     InputTable,
-    StagePlan,
     delta_input,
     new_input,
     old_input,
 )
 from dbt.adapters.streamsql.planning.references import referenced_tables
-
-
-@dataclass
-class InputState:
-    table: InputTable
-    relation: str  # quoted name to use in SQL
-    version: int
-    table_id: str = ""
-    size_bytes: Optional[int] = None  # its data files' size at `version`, when known
-    properties: Mapping[str, str] = field(default_factory=dict)  # its Delta table properties
 
 
 def describe_inputs(
@@ -109,63 +97,10 @@ def pinned(item: InputState, versions: Mapping[str, int]) -> InputState:
     return dataclasses.replace(item, version=versions[item.table.name])
 
 
-def describe_query(session: SqlSession, select: str) -> List[Column]:
-    body = select.strip().rstrip(";")
-    return [
-        Column(row["col_name"], row["data_type"])
-        for row in describe_rows(session, f"DESCRIBE QUERY {body}")
-    ]
-
-
-def describe_rows(session: SqlSession, statement: str) -> List[Dict[str, Any]]:
-    """The column rows of a DESCRIBE, without the partition and detail sections after them."""
-    rows = []
-    for row in session.query(statement):
-        name = (row.get("col_name") or "").strip()
-        if not name or name.startswith("#"):
-            break  # partition and detail sections follow a blank or '#' line
-        rows.append(row)
-    return rows
-
-
 def describer(session: SqlSession, inputs: Sequence[InputState]) -> Callable[[str], List[Column]]:
     """DESCRIBE QUERY of a SELECT over the inputs' `new` placeholders (for the planner)."""
     views = {new_input(i): f"(SELECT * FROM {item.relation})" for i, item in enumerate(inputs)}
     return lambda select: describe_query(session, sql.bind_placeholders(select, views))
-
-
-def describe_views(inputs: Sequence[InputState], stages: Sequence[StagePlan]) -> Dict[str, str]:
-    """Relations with the columns of every placeholder, to DESCRIBE a plan's SQL with."""
-    views: Dict[str, str] = {}
-    for i, item in enumerate(inputs):
-        views[new_input(i)] = views[old_input(i)] = f"(SELECT * FROM {item.relation})"
-        views[delta_input(i)] = f"(SELECT *, CAST(1 AS BIGINT) AS {WEIGHT} FROM {item.relation})"
-    for stage in stages:
-        views[new_input(stage.position)] = views[old_input(stage.position)] = (
-            f"({sql.typed_nothing(stage.columns)})"
-        )
-        views[delta_input(stage.position)] = (
-            f"({sql.typed_nothing(list(stage.columns) + [Column(WEIGHT, 'bigint')])})"
-        )
-    return views
-
-
-@dataclass
-class InputChange:
-    """What changed in one input since the last step, as far as its log tells."""
-
-    input: InputState
-    before: Optional[int]  # the version the last step read up to; None: never read
-    rows: Optional[int] = None  # rows of the change feed; None: the log cannot tell
-    removals: Optional[int] = None  # of which remove a row (a delete, an update's old row)
-    commits: Optional[List[Commit]] = None  # its commits since `before`, as its log has them
-    size_bytes: Optional[int] = None  # bytes of data files its commits added and removed
-    # (version, operation) of the commits that replaced the table in place since `before`, when
-    # its change feed is read across them (recovery/faults.py): all its rows out and in again
-    replaced: List[Tuple[int, str]] = field(default_factory=list)
-    # Whether a commit since `before` overwrote the table (an INSERT OVERWRITE, such as a step's
-    # rewrite of a small model, commit/protocol.py): its feed has every row out and in again
-    rewritten: bool = False
 
 
 def first_read(previous: StepRecord, read: Sequence[InputState]) -> bool:

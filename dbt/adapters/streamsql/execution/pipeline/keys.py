@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from dbt.adapters.streamsql.execution.commit.writes import ModelChange
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
-from dbt.adapters.streamsql.execution.errors import StepError
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.writes import ModelChange
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, StepPlan
 
 

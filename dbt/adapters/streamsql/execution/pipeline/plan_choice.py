@@ -33,10 +33,10 @@ from typing import List, Optional, Sequence
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, event_time_rules
 from dbt.adapters.streamsql.execution.pipeline import inputs, keys
-from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
 from dbt.adapters.streamsql.execution.pipeline.meaning import Meaning
 from dbt.adapters.streamsql.execution.recovery import lost_history, schema
-from dbt.adapters.streamsql.execution.result import human_size
+from dbt.adapters.streamsql.execution.shared.input_state import InputChange, InputState
+from dbt.adapters.streamsql.execution.shared.result import human_size
 from dbt.adapters.streamsql.execution.step_state import StepChoice, StepState
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
 from dbt.adapters.streamsql.planning.planner import plan_step, recompute_plan

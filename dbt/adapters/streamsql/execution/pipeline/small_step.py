@@ -22,7 +22,7 @@ from typing import Sequence
 
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing
-from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
+from dbt.adapters.streamsql.execution.shared.input_state import InputState
 
 # A step is small when its inputs and its model's table hold at most this many bytes together.
 SMALL_STEP_BYTES = 64 * 2**20

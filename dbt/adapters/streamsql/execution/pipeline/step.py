@@ -32,31 +32,22 @@ import re
 import time
 from typing import Callable, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution.commit import cleanup, history, small_files, tables
+from dbt.adapters.streamsql.execution.commit import bounds, cleanup, history, small_files, tables
 from dbt.adapters.streamsql.execution.commit.protocol import commit_step, write_side_tables
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from dbt.adapters.streamsql.execution.commit.side_tables import SideTableSql, default_side_table_sql
-from dbt.adapters.streamsql.execution.commit.writes import ModelChange
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing
+from dbt.adapters.streamsql.execution.engine.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.engine.statements import column_list
 from dbt.adapters.streamsql.execution.engine.views import inline
-from dbt.adapters.streamsql.execution.errors import (
-    FAULT_INJECTION_ENV,
-    DroppedStateReached,
-    InjectedFault,
-    StepError,
-)
 from dbt.adapters.streamsql.execution.event_time import emit_final
 from dbt.adapters.streamsql.execution.event_time.rules import (
     EventTimeRules,
     apply_event_time,
     event_time_rules,
 )
-from dbt.adapters.streamsql.execution.model import ModelSettings
 from dbt.adapters.streamsql.execution.pipeline import (
-    bounds,
     change,
     input_views,
     inputs,
@@ -64,10 +55,18 @@ from dbt.adapters.streamsql.execution.pipeline import (
     plan_choice,
     small_step,
 )
-from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
 from dbt.adapters.streamsql.execution.recovery import faults, schema
 from dbt.adapters.streamsql.execution.recovery import lost_history as recovery
-from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.shared.errors import (
+    FAULT_INJECTION_ENV,
+    DroppedStateReached,
+    InjectedFault,
+    StepError,
+)
+from dbt.adapters.streamsql.execution.shared.input_state import InputState
+from dbt.adapters.streamsql.execution.shared.model import ModelSettings
+from dbt.adapters.streamsql.execution.shared.result import StepResult
+from dbt.adapters.streamsql.execution.shared.writes import ModelChange
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column

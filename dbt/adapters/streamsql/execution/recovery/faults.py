@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from dbt.adapters.streamsql.execution.commit.record import CREATING_OPERATIONS, StepRecord
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import Commit, quoted
-from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange, InputState
+from dbt.adapters.streamsql.execution.shared.input_state import InputChange, InputState
 
 # Operations after which an input is another table than the one the last step read.
 REPLACING = CREATING_OPERATIONS | {"RESTORE"}

@@ -35,28 +35,27 @@ from typing import Callable, List, Optional, Sequence
 import sqlglot
 from sqlglot import exp
 
-from dbt.adapters.streamsql.execution.commit.record import StepRecord
-from dbt.adapters.streamsql.execution.commit.writes import ModelChange, StateWrite
-from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.engine import statements as sql
-from dbt.adapters.streamsql.execution.engine.views import inline
-from dbt.adapters.streamsql.execution.errors import DroppedStateReached, StepError
-from dbt.adapters.streamsql.execution.event_time import emit_final as emit
-from dbt.adapters.streamsql.execution.event_time import lateness as late
-from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
-from dbt.adapters.streamsql.execution.pipeline.aggregate_state import (
-    ChangedGroups,
+from dbt.adapters.streamsql.execution.commit.aggregate_state import (
     StateRead,
     changed_groups,
     output_change,
 )
-from dbt.adapters.streamsql.execution.pipeline.inputs import InputChange
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.event_time import emit_final as emit
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time.rules import held_back_rows
 from dbt.adapters.streamsql.execution.recovery import retention, schema
 from dbt.adapters.streamsql.execution.recovery.faults import (
     input_fault,
     lost_history,
 )
-from dbt.adapters.streamsql.execution.result import StepResult
+from dbt.adapters.streamsql.execution.shared.errors import DroppedStateReached, StepError
+from dbt.adapters.streamsql.execution.shared.input_state import InputChange
+from dbt.adapters.streamsql.execution.shared.result import StepResult
+from dbt.adapters.streamsql.execution.shared.writes import ChangedGroups, ModelChange, StateWrite
 from dbt.adapters.streamsql.execution.step_state import StepChoice, StepState
 from dbt.adapters.streamsql.planning.plan import (
     COUNT,

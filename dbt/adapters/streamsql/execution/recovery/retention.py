@@ -13,8 +13,9 @@ the step may find the history gone and recompute the model from its inputs (lost
 from __future__ import annotations
 
 import datetime
-import re
 from typing import List, Mapping, Optional, Sequence, Tuple
+
+from dbt.adapters.streamsql.execution.shared.intervals import human, interval_seconds
 
 LOG_RETENTION = "delta.logRetentionDuration"
 FILE_RETENTION = "delta.deletedFileRetentionDuration"
@@ -22,46 +23,6 @@ FILE_RETENTION = "delta.deletedFileRetentionDuration"
 DEFAULTS = {LOG_RETENTION: "interval 30 days", FILE_RETENTION: "interval 1 week"}
 # However often a model runs, a retention shorter than this is worth a warning.
 MIN_WINDOW = 24 * 3600.0
-
-UNIT_SECONDS = {
-    "microsecond": 1e-6,
-    "millisecond": 1e-3,
-    "second": 1.0,
-    "minute": 60.0,
-    "hour": 3600.0,
-    "day": 86400.0,
-    "week": 7 * 86400.0,
-}
-UNIT_ALIASES = {
-    "us": "microsecond",
-    "ms": "millisecond",
-    "s": "second",
-    "sec": "second",
-    "min": "minute",
-    "h": "hour",
-    "d": "day",
-}
-
-
-def interval_seconds(text: Optional[str]) -> Optional[float]:
-    """Seconds of a Delta interval property ("interval 7 days", "1 hour", "interval 2 h 30 m");
-    None when it does not parse (months and years, whose length varies, do not)."""
-    if text is None:
-        return None
-    words = str(text).strip().lower()
-    words = re.sub(r"^interval\s+", "", words)
-    parts = re.findall(r"(-?\d+(?:\.\d+)?)\s*([a-z]+)", words)
-    if not parts or re.sub(r"(-?\d+(?:\.\d+)?)\s*([a-z]+)", "", words).strip():
-        return None
-    total = 0.0
-    for number, unit in parts:
-        unit = UNIT_ALIASES.get(unit, unit)
-        if unit not in UNIT_SECONDS and unit.endswith("s"):
-            unit = UNIT_ALIASES.get(unit[:-1], unit[:-1])
-        if unit not in UNIT_SECONDS:
-            return None
-        total += float(number) * UNIT_SECONDS[unit]
-    return total
 
 
 def shortest_retention(properties: Mapping[str, str]) -> Optional[Tuple[float, str]]:
@@ -72,14 +33,6 @@ def shortest_retention(properties: Mapping[str, str]) -> Optional[Tuple[float, s
         if seconds is not None:
             found.append((seconds, name))
     return min(found) if found else None
-
-
-def human(seconds: float) -> str:
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size and seconds % size == 0:
-            count = int(seconds // size)
-            return f"{count} {unit}{'s' if count != 1 else ''}"
-    return f"{seconds:g} seconds"
 
 
 def retention_notes(

@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.commit.tables import state_aggregates
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.delta_log import Commit
-from dbt.adapters.streamsql.execution.errors import StepError
-from dbt.adapters.streamsql.execution.pipeline.inputs import InputState
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.input_state import InputState
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
 from dbt.adapters.streamsql.planning.types import uncomparable_part
 
@@ -232,8 +233,6 @@ def check_types(model: str, columns: Sequence[Column]) -> None:
 def check_state_layout(ctx: StepContext, change: SchemaChange, plan: StepPlan) -> None:
     """A plan whose state tables need other columns than they have (say, `distinct *` over an
     input that gained a column: one more group column) cannot be stepped any more."""
-    from dbt.adapters.streamsql.execution.commit.tables import state_aggregates
-
     for name, aggregate in state_aggregates(plan):
         table = ctx.model.table_name(f"__streamsql_{name}")
         have = [c.name.lower() for c in ctx.delta_log.snapshot(table).columns if c.name != sql.STEP]

@@ -117,7 +117,7 @@ def shortcut(builder: DeltaBuilder, query: AggregateQuery) -> dict:
     if not checks or not all(c.rule.maintained for c in query.calls):
         return {}
     # How many of the group delta's rows may have lost an extreme: an aggregate over its rows,
-    # measured in the pass that computes it (execution/pipeline/aggregate_state.py).
+    # measured in the pass that computes it (execution/commit/aggregate_state.py).
     lost = exp.Case(ifs=[exp.If(this=exp.or_(*checks), true=exp.Literal.number(1))])
     check = exp.func("COALESCE", exp.Sum(this=lost.else_(exp.Literal.number(0))), 0)
     return {

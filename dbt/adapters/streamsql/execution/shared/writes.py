@@ -1,8 +1,8 @@
 """What a step writes, as data: the model's change and the side-table writes after it.
 
 The phases that compute a step (pipeline/, event_time/, recovery/) describe their writes with
-these types and write nothing themselves; the commit protocol (protocol.py) runs them in order.
-Nothing here imports the protocol, so every room may use them.
+these types and write nothing themselves; the commit protocol (commit/protocol.py) runs them in
+order. Nothing here imports the protocol, so every room may use them.
 """
 
 from __future__ import annotations
@@ -10,12 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
-from dbt.adapters.streamsql.execution.event_time import lateness as late
-from dbt.adapters.streamsql.execution.pipeline.aggregate_state import ChangedGroups
+from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
 from dbt.adapters.streamsql.planning.plan import AggregatePlan, Column
 
 # The side tables, by their suffix to the model's name.
 WATERLINE, LATE, PENDING = "__waterline", "__late", "__pending"
+
+
+@dataclass
+class ChangedGroups:
+    """The groups of an aggregate that a step changes, as step-local views."""
+
+    new: str  # materialized: the new state of every changed group (count 0: the group is gone)
+    old: str  # materialized: the state of the changed groups before the step
+    count: int  # how many groups changed (rows of `new`)
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class QuarantineWrite:
 
     classified: str  # the change with each row's lateness reason (materialized view)
     columns: Sequence[Column]
-    rules: Sequence[late.LatenessRule]
+    rules: Sequence[LatenessRule]
 
 
 @dataclass

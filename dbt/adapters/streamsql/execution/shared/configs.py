@@ -21,13 +21,13 @@ import dataclasses
 import difflib
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution.config_kinds import (
+from dbt.adapters.streamsql.execution.shared.config_kinds import (
     DBT,
     ConfigSpec,
     ValueKind,
     declared_configs,
 )
-from dbt.adapters.streamsql.execution.model import ModelSettings
+from dbt.adapters.streamsql.execution.shared.model import ModelSettings
 
 
 def _applied_by_dbt(name: str, docs_type: str, doc: str, docs_default: str = "none") -> ConfigSpec:

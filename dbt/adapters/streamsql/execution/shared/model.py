@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-from dbt.adapters.streamsql.execution.config_kinds import (
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.shared.config_kinds import (
     BOOLEAN,
     COLUMN_MAP,
     COLUMNS,
@@ -24,7 +25,6 @@ from dbt.adapters.streamsql.execution.config_kinds import (
     one_of,
     setting,
 )
-from dbt.adapters.streamsql.execution.engine import statements as sql
 
 # The Delta table properties that say how a table is stored and how long its history is kept, not
 # what it holds: those of a model's `tblproperties` apply to its state and side tables too

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
-from dbt.adapters.streamsql.execution.pipeline.inputs import describe_rows
+from dbt.adapters.streamsql.execution.engine.sql_session import describe_rows
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column, KeyBound
 
 # How the commit's measures name the rows of the model's change.

@@ -19,9 +19,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from dbt.adapters.streamsql.execution.errors import StepError
-from dbt.adapters.streamsql.execution.event_time.lateness import KEEP_FOREVER
-from dbt.adapters.streamsql.execution.recovery.retention import interval_seconds
+from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.intervals import KEEP_FOREVER, interval_seconds
 
 
 class ConfigError(StepError):

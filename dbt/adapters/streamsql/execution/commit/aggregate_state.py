@@ -6,7 +6,8 @@ changes (`delta_sql`), combines it with the group's state before the step (`comb
 derives the change of the aggregate's output rows from the changed groups' old and new state.
 Only the part of the state the changed groups' key ranges reach is read (and later MERGEd), and
 with LATENESS on a column the group decides (a window start), not the state of final groups.
-The write of the new state is a `commit.StateWrite`; it runs with the step's other writes.
+The write of the new state is a `StateWrite` (shared/writes.py); it runs with the step's other
+writes.
 """
 
 from __future__ import annotations
@@ -15,17 +16,19 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dbt.adapters.streamsql.execution.context import StepContext
-from dbt.adapters.streamsql.execution.engine import statements as sql
-from dbt.adapters.streamsql.execution.engine.views import inline
-from dbt.adapters.streamsql.execution.errors import DroppedStateReached
-from dbt.adapters.streamsql.execution.event_time import lateness as late
-from dbt.adapters.streamsql.execution.pipeline.bounds import (
+from dbt.adapters.streamsql.execution.commit.bounds import (
     CHANGE_ALIAS,
     bind_bounds,
     range_measures,
     ranges_from,
 )
+from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine import statements as sql
+from dbt.adapters.streamsql.execution.engine.views import inline
+from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.shared.errors import DroppedStateReached
+from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
+from dbt.adapters.streamsql.execution.shared.writes import ChangedGroups
 from dbt.adapters.streamsql.planning.plan import (
     GROUP_ALIAS,
     GROUP_DELTA,
@@ -38,15 +41,6 @@ from dbt.adapters.streamsql.planning.plan import (
 # Late changes touching final groups of at most this many lateness values (say, old windows)
 # still let a step skip the state of the other final groups.
 MAX_FINAL_GROUP_VALUES = 100
-
-
-@dataclass
-class ChangedGroups:
-    """The groups of an aggregate that a step changes, as step-local views."""
-
-    new: str  # materialized: the new state of every changed group (count 0: the group is gone)
-    old: str  # materialized: the state of the changed groups before the step
-    count: int  # how many groups changed (rows of `new`)
 
 
 def group_columns(aggregate: AggregatePlan) -> List[Column]:
@@ -75,7 +69,7 @@ class StateRead:
     state: str
     first_step: bool  # the step's (step_state.py)
     inserts_only: bool  # the step's, so far (step_state.py)
-    lateness: Sequence[late.LatenessRule] = ()
+    lateness: Sequence[LatenessRule] = ()
     waterline: Optional[Mapping[str, Optional[str]]] = None  # the previous step's
     state_empty: bool = False  # `state` is the empty state before a first step
     # Per lateness column, the value below which final groups' state was dropped
@@ -220,7 +214,7 @@ def aggregate_name(label: str) -> str:
 
 
 def final_group_bounds(
-    final: Sequence[Tuple[late.LatenessRule, str, str]], touched: Sequence[List[str]]
+    final: Sequence[Tuple[LatenessRule, str, str]], touched: Sequence[List[str]]
 ) -> List[str]:
     """Predicates that leave out the state of final groups this step does not touch.
 
