@@ -1,5 +1,5 @@
-"""The shape of dbt/: no import cycle between the package's modules, no module over 600 lines, no
-function over 7 parameters.
+"""The shape of dbt/: no import cycle between the package's modules, execution/'s rooms in layers
+that import only downwards, no module over 600 lines, no function over 7 parameters.
 
 Imports are read from the source (ast), every one of them: at module level, inside functions and
 under `if TYPE_CHECKING:`, because a cycle hidden in a function is still a cycle in the design.
@@ -8,8 +8,9 @@ under `if TYPE_CHECKING:`, because a cycle hidden in a function is still a cycle
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, List, Set, Tuple
 
 import pytest
 
@@ -128,6 +129,119 @@ def test_no_import_cycle_in_the_package():
     assert not cycles, "modules that import each other (directly or around a loop):\n" + "\n".join(
         "  " + " <-> ".join(c) for c in cycles
     )
+
+
+EXECUTION = f"{PREFIX}.execution"
+
+# execution/'s layers, bottom first (docs/architecture.md draws them): a module may import its own
+# layer's modules and those of the layers below, never one above. Each layer names its modules by
+# their path under execution/, a room (subpackage) or one module; a module belongs to the longest
+# path that holds it, "" is execution/ itself. A module no layer holds fails the test: say where
+# a new one belongs.
+LAYERS = (
+    # Spark and Delta: the SQL session, the Delta log, statement text, the side tables' macros
+    ("engine", ("engine",)),
+    # the data types every layer above passes around (they may hold the engine's session and
+    # commits): the model's settings and configs, the step's context, state, record, writes,
+    # inputs, result, errors. context.py, step_state.py and commit/record.py belong in shared/
+    # and are to move there (git mv) once the edits in flight on them land.
+    ("shared", ("shared", "context", "step_state", "commit.record")),
+    # LATENESS, WATERMARK and emit_final: which rows are late, held or final, as SQL
+    ("event_time", ("event_time",)),
+    # the model's tables and aggregate state, the step's writes in their exactly-once order
+    ("commit", ("commit",)),
+    # schema change, lost history, retention
+    ("recovery", ("recovery",)),
+    # the phases of a step: inputs, the plan's decision, the change, keys
+    ("pipeline", ("pipeline",)),
+    # what dbt calls: a step (run_step) and streamsql_explain
+    ("entry points", ("", "pipeline.step", "explain", "plan_advice")),
+)
+
+
+def layer_of(name: str) -> int:
+    """The index in LAYERS of execution module `name` (its path under execution/); -1: none."""
+    found, longest = -1, -1
+    for index, (_, paths) in enumerate(LAYERS):
+        for path in paths:
+            holds = name == path or (path != "" and name.startswith(path + "."))
+            if holds and len(path) > longest:
+                found, longest = index, len(path)
+    return found
+
+
+def upward_imports(graph: Dict[str, Set[str]]) -> List[str]:
+    """Each import, among execution's modules, of a module in a layer above the importer's."""
+    found = []
+    for name in sorted(graph):
+        if name != EXECUTION and not name.startswith(EXECUTION + "."):
+            continue
+        here = layer_of(name[len(EXECUTION) + 1 :])
+        for imported in sorted(graph[name]):
+            if not imported.startswith(EXECUTION + "."):
+                continue
+            there = layer_of(imported[len(EXECUTION) + 1 :])
+            if here >= 0 and there > here:  # a module in no layer: the test below names it
+                found.append(
+                    f"{name[len(EXECUTION) + 1 :] or 'execution'} ({LAYERS[here][0]}) imports "
+                    f"{imported[len(EXECUTION) + 1 :]} ({LAYERS[there][0]})"
+                )
+    return found
+
+
+def test_the_layer_reader_finds_an_upward_import():
+    assert LAYERS[layer_of("commit.tables")][0] == "commit"
+    assert LAYERS[layer_of("commit.record")][0] == "shared"
+    assert LAYERS[layer_of("pipeline.step")][0] == "entry points"
+    assert LAYERS[layer_of("")][0] == "entry points"
+    assert layer_of("somewhere_new") == -1
+    graph = {
+        f"{EXECUTION}.commit.tables": {f"{EXECUTION}.pipeline.inputs", f"{EXECUTION}.engine.views"},
+        f"{EXECUTION}.pipeline.inputs": {f"{EXECUTION}.commit.record", f"{PREFIX}.planning.plan"},
+        f"{EXECUTION}.commit.record": {f"{EXECUTION}.commit.protocol"},
+    }
+    assert upward_imports(graph) == [
+        "commit.record (shared) imports commit.protocol (commit)",
+        "commit.tables (commit) imports pipeline.inputs (pipeline)",
+    ]
+
+
+def test_every_execution_module_is_in_a_layer():
+    names = [n[len(EXECUTION) + 1 :] for n in package_modules() if n.startswith(EXECUTION + ".")]
+    assert not [n for n in names if layer_of(n) < 0], (
+        "modules of execution/ in no layer: name their layer in LAYERS (test_architecture.py)"
+    )
+
+
+def test_no_import_runs_up_a_layer():
+    """execution/'s rooms depend one way (STYLE.md, "Rooms and layers"), wherever the import is."""
+    upward = upward_imports(module_graph())
+    assert not upward, "imports that run up a layer:\n" + "\n".join("  " + u for u in upward)
+
+
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def documented_layers(text: str) -> List[Tuple[str, Tuple[str, ...]]]:
+    """docs/architecture.md's table of execution/'s layers: (layer, its paths as LAYERS writes
+    them), bottom first."""
+    lines = text.splitlines()
+    start = lines.index("| layer | paths under execution/ | why it sits here |") + 2
+    layers = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        layer, paths = [cell.strip() for cell in line.strip("|").split("|")][:2]
+        dotted = []
+        for path in re.findall(r"`([^`]+)`", paths):
+            path = "" if path == "__init__.py" else path.rstrip("/")
+            dotted.append(path[: -len(".py")].replace("/", ".") if path.endswith(".py") else path)
+        layers.append((layer, tuple(dotted)))
+    return layers
+
+
+def test_the_docs_draw_the_layers_the_test_enforces():
+    assert documented_layers(DOC.read_text()) == [(n, tuple(p)) for n, p in LAYERS]
 
 
 @pytest.mark.parametrize("name", sorted(package_modules()))
