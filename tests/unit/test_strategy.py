@@ -2,7 +2,9 @@
 
 import pytest
 
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.explain import explain_model
+from dbt.adapters.streamsql.execution.pipeline import step_cost
 from dbt.adapters.streamsql.execution.pipeline.step import ModelSettings, StepError, run_step
 from dbt.adapters.streamsql.execution.shared import configs
 from tests.unit.fake_sql_session import FakeSqlSession
@@ -107,3 +109,106 @@ def test_explain_shows_the_plan_and_key_a_step_runs_with():
     keyed = configs.model_settings("m", "demo", {"unique_key": "id"}, False)
     text = " ".join(explain_model(session_with_source(MIB), keyed, LINEAR).split())
     assert "Merge key: (id), the model's unique_key: a row whose key stays is updated" in text
+
+
+# -- auto by cost: the model's recorded step costs (step_cost.py) -------------------------------
+
+
+def took(session: FakeSqlSession, seconds: float, table: str = "demo.m") -> None:
+    """The model's last step took `seconds`: its model commit's time, `seconds` after the
+    step's start (the record the commit carries says when it started)."""
+    commit = [c for c in session.tables[table].history if c.get("userMetadata")][-1]
+    started = StepRecord.from_json(commit["userMetadata"]).started_at
+    commit["timestamp"] = int((started + seconds) * 1000)
+
+
+def model_record(session: FakeSqlSession) -> StepRecord:
+    records = [StepRecord.from_json(c.get("userMetadata")) for c in session.commits("demo.m")]
+    return [r for r in records if r is not None][-1]
+
+
+def writes_state(statements) -> bool:
+    return any(s.startswith("INSERT INTO `demo`.`m__streamsql_state`") for s in statements)
+
+
+def test_step_costs_are_sampled_from_the_step_before():
+    first = StepRecord(step=1, run_id="r", sql_fingerprint="f", started_at=100.0)
+    first.computed, first.input_bytes = "aggregate", 2_000
+    # a step that read its inputs in full is a rebuild's cost, with the bytes it read
+    assert step_cost.costs_after(first, 103.5) == {"rebuild": [3.5, 2000.0]}
+    assert step_cost.costs_after(first, None) == {}  # the commit's time unknown: no sample
+    later = first.next("r2", {})
+    later.started_at, later.computed, later.costs = 200.0, "aggregate", {"rebuild": [3.5, 2e3]}
+    costs = step_cost.costs_after(later, 201.25)
+    assert costs == {"rebuild": [3.5, 2000.0], "incremental": [1.25]}
+    later.costs = {"incremental": [1.0, 2.0, 3.0, 4.0, 5.0]}
+    assert step_cost.costs_after(later, 206.0)["incremental"] == [2.0, 3.0, 4.0, 5.0, 6.0]
+    later.recovered = ["an input was vacuumed"]  # a recovery recomputes: a rebuild's cost
+    assert "rebuild" not in step_cost.costs_after(later, 204.0)  # (without its bytes: none)
+    later.input_bytes = 2_000
+    assert step_cost.costs_after(later, 204.0)["rebuild"] == [4.0, 2000.0]
+    flush = later.next("r3", {})
+    flush.flush, flush.started_at, flush.computed = True, 300.0, "linear"
+    assert step_cost.costs_after(flush, 301.0) == flush.costs
+    # a rebuild scales with the inputs' bytes; an incremental step is the median of its samples
+    estimated = step_cost.estimates({"rebuild": [3.0, 1000.0], "incremental": [9, 1, 2]}, 3000)
+    assert (estimated.incremental, estimated.rebuild) == (2, 9.0)
+    assert step_cost.estimates({}, 3000) == step_cost.Estimates(None, None)
+
+
+def test_auto_recomputes_a_model_with_state_while_that_is_cheaper_then_rebuilds_its_state():
+    session = session_with_source(100 * MIB)
+    settings = ModelSettings(name="m", schema="demo", identifier="m")
+    run_step(session, settings, AGGREGATE)
+    took(session, 2.0)  # step 1 read 100 MiB in full: a rebuild's cost
+    session.append_to("demo.src", size_bytes=MIB)
+    assert run_step(session, settings, AGGREGATE).computed == "aggregate"
+    took(session, 5.0)  # an incremental step cost more than the rebuild
+    session.append_to("demo.src", size_bytes=MIB)
+    explained = " ".join(explain_model(session, settings, AGGREGATE).split())
+    start = len(session.statements)
+    third = run_step(session, settings, AGGREGATE)
+    # estimated: the rebuild 2.0 s x 102/100 MiB = 2.04 s, under 80% of the incremental 5 s
+    because = (
+        "recomputing is estimated at 2.04 s against 5.00 s for an incremental step (from "
+        "the costs of its recorded steps)"
+    )
+    assert third.plan == "aggregate" and third.computed == "recompute"
+    assert f"recomputed this step: {because}" in third.notes
+    switch = "it recomputes the model instead of running its aggregate plan (strategy: auto): "
+    assert switch + because in explained, explained
+    assert reads_the_model_to_diff(session.statements[start:])
+    assert not writes_state(session.statements[start:])  # its state falls behind
+    assert model_record(session).state_behind_since == 3
+    took(session, 6.0)  # the recompute cost more than an incremental step: back to it
+    session.append_to("demo.src", size_bytes=MIB)
+    start = len(session.statements)
+    fourth = run_step(session, settings, AGGREGATE)
+    assert fourth.computed == "recompute"  # a recovery: the state tables are rebuilt first
+    assert any(
+        note.startswith(
+            "recovered (its state tables lack the steps since step 3, which "
+            "recomputed the model (strategy: auto)"
+        )
+        for note in fourth.notes
+    ), fourth.notes
+    assert writes_state(session.statements[start:])
+    assert model_record(session).state_behind_since is None
+    took(session, 6.0)
+    session.append_to("demo.src", size_bytes=MIB)
+    fifth = run_step(session, settings, AGGREGATE)
+    # the recovery's cost (6 s) is the rebuild's now: the incremental plan again
+    assert fifth.computed == "aggregate" and not fifth.notes, fifth.notes
+
+
+@pytest.mark.parametrize("input_mib, strategy", [(1, "auto"), (100, "incremental")])
+def test_auto_weighs_costs_only_over_large_inputs_and_incremental_never(input_mib, strategy):
+    session = session_with_source(input_mib * MIB)
+    settings = ModelSettings(name="m", schema="demo", identifier="m", strategy=strategy)
+    run_step(session, settings, AGGREGATE)
+    took(session, 1.0)
+    session.append_to("demo.src", size_bytes=MIB)
+    run_step(session, settings, AGGREGATE)
+    took(session, 9.0)
+    session.append_to("demo.src", size_bytes=MIB)
+    assert run_step(session, settings, AGGREGATE).computed == "aggregate"

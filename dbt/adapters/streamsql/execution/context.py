@@ -33,6 +33,9 @@ class StepContext:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     # The model table's version when the step began (read with its last step record).
     target_version: Optional[int] = None
+    # When the model's commit of that step record was made, in seconds since the epoch (None:
+    # not known): the end of that step's cost (pipeline/step_cost.py).
+    last_committed_at: Optional[float] = None
     # The statements that create and write the side tables: macros (side_tables.py).
     side_sql: SideTableSql = field(default_factory=default_side_table_sql)
     # The step runs with pipeline/small_step.py's settings: its tables are all small.

@@ -444,14 +444,26 @@ def choice_lines(choice: StepChoice, model: ModelSettings) -> List[str]:
             f"it recomputes the model instead of running its {kind} plan (strategy: auto): "
             f"{choice.because}"
         ]
-    if choice.change_bytes is None or choice.input_bytes is None:
+    if model.strategy != "auto" or kind == "recompute":
         return []
-    return [
-        f"it runs the {kind} plan (strategy: auto): its inputs changed by "
-        f"{human_size(choice.change_bytes)} of their {human_size(choice.input_bytes)}; it "
-        f"would recompute at {plan_choice.RECOMPUTE_SHARE:.0%} of inputs of "
-        f"{human_size(plan_choice.MIN_INPUT_BYTES)} or more"
-    ]
+    lines = []
+    stateless = kind == "linear" and not choice.model_plan.stages
+    if choice.change_bytes is not None and choice.input_bytes is not None and stateless:
+        lines.append(
+            f"it runs the {kind} plan (strategy: auto): its inputs changed by "
+            f"{human_size(choice.change_bytes)} of their {human_size(choice.input_bytes)}; it "
+            f"would recompute at {plan_choice.RECOMPUTE_SHARE:.0%} of inputs of "
+            f"{human_size(plan_choice.MIN_INPUT_BYTES)} or more"
+        )
+    incremental, rebuild = choice.incremental_seconds, choice.rebuild_seconds
+    if incremental is not None and rebuild is not None:
+        lines.append(
+            f"estimated from the recorded steps: an incremental step {incremental:.2f} s, "
+            f"recomputing {rebuild:.2f} s; auto recomputes when that is under "
+            f"{plan_choice.REBUILD_SHARE:.0%} of the incremental step's, over inputs of "
+            f"{human_size(plan_choice.MIN_COST_INPUT_BYTES)} or more"
+        )
+    return lines
 
 
 def aligned(rows: Sequence[Tuple[str, str]]) -> List[str]:

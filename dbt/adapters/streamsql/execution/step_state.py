@@ -13,7 +13,7 @@ phase after; each field below says which phase sets it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
 from dbt.adapters.streamsql.execution.shared.result import StepResult
@@ -64,10 +64,14 @@ class StepChoice:
     because: str = ""
     # A recovery's reasons (recovery/lost_history.py): the step reads every input in full.
     recovered: Tuple[str, ...] = ()
-    # What `auto` weighed, in bytes (the inputs' change, the inputs' size); None where it
-    # weighed nothing (another strategy, a plan with state, a first step, sizes unknown).
+    # What `auto` weighs, in bytes: the inputs' change and the inputs' size (None: not known).
     change_bytes: Optional[int] = None
     input_bytes: Optional[int] = None
+    # The costs the step's record keeps (pipeline/step_cost.costs_after), and what they make
+    # of the step each way, in seconds (None: no sample yet).
+    costs: Dict[str, List[float]] = field(default_factory=dict)
+    incremental_seconds: Optional[float] = None
+    rebuild_seconds: Optional[float] = None
 
     @property
     def note(self) -> str:

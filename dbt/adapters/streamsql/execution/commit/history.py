@@ -48,11 +48,17 @@ def last_step(ctx: StepContext) -> Optional[StepRecord]:
 def read_last_record(ctx: StepContext) -> Optional[StepRecord]:
     """The model's last step record, reading only as much history as needed.
 
-    Also notes the model table's current version in `ctx.target_version`.
+    Also notes the model table's current version in `ctx.target_version`, and when the record's
+    commit was made in `ctx.last_committed_at`.
     """
     with ctx.role("the model's last step record"):
         record, commits = newest_record(ctx, ctx.model.target_name)
     ctx.target_version = commits[0].version if commits else None
+    # the newest commit that carries a record is the step's model commit: its time ends the
+    # step's cost (pipeline/step_cost.py)
+    ctx.last_committed_at = next(
+        (c.timestamp for c in commits if StepRecord.from_json(c.user_metadata) is not None), None
+    )
     return record
 
 

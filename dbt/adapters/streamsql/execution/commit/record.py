@@ -128,6 +128,19 @@ class StepRecord:
     # The digest of the query's texts whose readings Spark found alike, the model's and the
     # planner's (pipeline/meaning.py): the same texts at the next step need no question.
     meaning_checked: str = ""
+    # How the step computed the model's change (StepResult.computed: "linear", "aggregate",
+    # "recompute"), and the bytes its inputs held (None: not known): what its cost was a sample
+    # of (pipeline/step_cost.py).
+    computed: str = ""
+    input_bytes: Optional[int] = None
+    # The recorded costs of earlier steps (step_cost.costs_after): "incremental": the seconds of
+    # the last few incremental steps; "rebuild": [seconds, input bytes] of the last step that
+    # read its inputs in full.
+    costs: Dict[str, List[float]] = field(default_factory=dict)
+    # The step since which the model's state tables lack the rows of its steps: `auto`
+    # recomputed a model with state (pipeline/plan_choice.py); the next step that reads the
+    # inputs' changes rebuilds them first (a recovery). None: they are up to date.
+    state_behind_since: Optional[int] = None
 
     def next(self, run_id: str, input_versions: Dict[str, int]) -> "StepRecord":
         """The record of the step after this one, carrying the event-time state forward."""
@@ -155,6 +168,8 @@ class StepRecord:
             state_dropped_below=dict(self.state_dropped_below),
             stage_dropped_below={k: dict(v) for k, v in self.stage_dropped_below.items()},
             meaning_checked=self.meaning_checked,
+            costs={name: list(values) for name, values in self.costs.items()},
+            state_behind_since=self.state_behind_since,
         )
 
     def same_sql(self, sql: str) -> bool:

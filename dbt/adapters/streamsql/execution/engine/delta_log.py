@@ -126,6 +126,8 @@ class Commit:
     parameters: Mapping[str, str] = field(default_factory=dict)
     metrics: Mapping[str, str] = field(default_factory=dict)
     user_metadata: Optional[str] = None
+    # When it was committed, in seconds since the epoch (None: the history does not say).
+    timestamp: Optional[float] = None
 
     def as_history_row(self) -> Dict[str, Any]:
         """In the shape of a `DESCRIBE HISTORY` row (what `record.last_record` reads)."""
@@ -245,7 +247,19 @@ def commit_from_info(version: int, info: Dict[str, Any]) -> Commit:
         {str(k): plain_parameter(v) for k, v in (info.get("operationParameters") or {}).items()},
         {str(k): str(v) for k, v in (info.get("operationMetrics") or {}).items()},
         info.get("userMetadata"),
+        epoch_seconds(info.get("timestamp")),
     )
+
+
+def epoch_seconds(value: Any) -> Optional[float]:
+    """A commit's time as seconds since the epoch: from the log's milliseconds, or from the
+    timestamp DESCRIBE HISTORY gives; None when it is neither."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) / 1000.0
+    timestamp = getattr(value, "timestamp", None)
+    return float(timestamp()) if callable(timestamp) else None
 
 
 def plain_parameter(value: Any) -> str:
@@ -346,6 +360,7 @@ class SqlDeltaLog:
             _mapping(row.get("operationParameters")),
             _mapping(row.get("operationMetrics")),
             row.get("userMetadata"),
+            epoch_seconds(row.get("timestamp")),
         )
 
 

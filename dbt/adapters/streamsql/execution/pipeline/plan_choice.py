@@ -9,7 +9,8 @@ crash interrupted, and by `streamsql_explain`, so that what explain prints is wh
 - `decide`, once the step knows its inputs' changes: the plan this step runs, with why. In
   order: a recovery (an input that cannot be read from where the last step left it, or a schema
   change the model's rows need recomputed for: recovery/lost_history.py) recomputes the model
-  from its inputs; under `auto` a large change recomputes; otherwise the model's plan runs.
+  from its inputs; under `auto` a large change, or a rebuild estimated cheaper, recomputes; a
+  model whose state fell behind rebuilds it (a recovery); otherwise the model's plan runs.
 
 The planner gives the model's plan. `strategy: recompute` replaces it by the recompute plan
 (the model's query over its inputs, diffed with its table) for every step; `strategy:
@@ -18,8 +19,13 @@ linear plan without stages) recomputes instead when the log says its inputs chan
 much as they hold (RECOMPUTE_SHARE of their bytes or more: a reload, a rewrite): then the
 incremental plan reads and nets a change the size of the inputs, where a recompute reads them
 once. Both write only the difference to the model, so its change feed is the same either way.
-A plan with state keeps its plan: its state tables must follow every step. The choice, and
-the two sizes it was made on, go into the step line and into explain's "Next step".
+Under `auto` a step of any plan (but emit_final's, whose table holds only final groups) also
+recomputes when the model's recorded step costs (step_cost.py) estimate a rebuild under
+REBUILD_SHARE of an incremental step, and stays with it while it is estimated the cheaper. A
+plan with state writes no state while it recomputes (the record says since when:
+`state_behind_since`); the next step that runs the plan first rebuilds its state tables from the
+inputs, as a recovery. The choice, and the sizes and estimates it was made on, go into the step
+line and into explain's "Next step".
 
 Every recompute plan, whichever of these chose it, is made by planner.recompute_plan.
 """
@@ -32,10 +38,11 @@ from typing import List, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, event_time_rules
-from dbt.adapters.streamsql.execution.pipeline import inputs, keys
+from dbt.adapters.streamsql.execution.pipeline import inputs, keys, step_cost
 from dbt.adapters.streamsql.execution.pipeline.meaning import Meaning
 from dbt.adapters.streamsql.execution.recovery import lost_history, schema
 from dbt.adapters.streamsql.execution.shared.input_state import InputChange, InputState
+from dbt.adapters.streamsql.execution.shared.model import ModelSettings
 from dbt.adapters.streamsql.execution.shared.result import human_size
 from dbt.adapters.streamsql.execution.step_state import StepChoice, StepState
 from dbt.adapters.streamsql.planning.plan import Column, StepPlan
@@ -46,6 +53,12 @@ from dbt.adapters.streamsql.planning.planner import plan_step, recompute_plan
 # at least MIN_INPUT_BYTES (below that a step's cost is its fixed cost, whichever way).
 RECOMPUTE_SHARE = 0.5
 MIN_INPUT_BYTES = 64 * 2**20
+# Under `auto`, a step also recomputes when the cost of a rebuild, estimated from the model's
+# recorded steps (step_cost.py), is under REBUILD_SHARE of an incremental step's (a margin, so
+# that noise does not flip it), and stays with it while it is the cheaper; not for inputs under
+# MIN_COST_INPUT_BYTES, where either costs about a step's fixed cost.
+REBUILD_SHARE = 0.8
+MIN_COST_INPUT_BYTES = 16 * 2**20
 
 
 @dataclass
@@ -129,9 +142,27 @@ def decide(
         StepError: the step must recover, but recomputing the query would not give the rows
             its steps gave (a nondeterministic function).
     """
-    model_plan = decided.plan
-    columns = schema.written_columns(ctx, step.schema, step.previous, model_plan.output_columns)
+    model_plan, previous = decided.plan, step.previous
+    columns = schema.written_columns(ctx, step.schema, previous, model_plan.output_columns)
     reasons = lost_history.recovery_reasons(ctx, step, model_plan, changes)
+    input_bytes = _total(change.input.size_bytes for change in changes)
+    costs = step_cost.costs_after(previous, ctx.last_committed_at)
+    estimated = step_cost.estimates(costs, input_bytes)
+    choice = StepChoice(
+        model_plan,
+        model_plan,
+        change_bytes=_total(change.size_bytes for change in changes),
+        input_bytes=input_bytes,
+        costs=costs,
+        incremental_seconds=estimated.incremental,
+        rebuild_seconds=estimated.rebuild,
+    )
+    because = "" if reasons else auto_reason(ctx.model, step, choice, estimated.forced)
+    if not reasons and not because and previous.state_behind_since is not None:
+        reasons = [
+            f"its state tables lack the steps since step {previous.state_behind_since}, which "
+            "recomputed the model (strategy: auto), so they are rebuilt from the inputs"
+        ]
     if reasons:
         because = "; ".join(reasons)
         recovery = recompute_plan(
@@ -141,37 +172,47 @@ def decide(
             because,
             change_sql=lost_history.recovery_sql(ctx, step, model_plan, columns),
         )
-        return StepChoice(recovery, model_plan, because, recovered=tuple(reasons))
-    choice = StepChoice(model_plan, model_plan)
-    if (
-        ctx.model.strategy == "auto"
-        and model_plan.kind == "linear"
-        and not model_plan.stages
-        and not step.first_step
-    ):
-        change_bytes = _total(change.size_bytes for change in changes)
-        input_bytes = _total(change.input.size_bytes for change in changes)
-        choice = dataclasses.replace(choice, change_bytes=change_bytes, input_bytes=input_bytes)
-        if (
-            change_bytes is not None
-            and input_bytes is not None
-            and input_bytes >= MIN_INPUT_BYTES
-            and change_bytes >= RECOMPUTE_SHARE * input_bytes
-        ):
-            because = (
+        return dataclasses.replace(choice, plan=recovery, because=because, recovered=tuple(reasons))
+    plan = model_plan
+    if because:
+        plan = recompute_plan(
+            step.compiled_sql,
+            model_plan.inputs,
+            model_plan.output_columns,
+            "strategy: auto chose to recompute this step",
+        )
+    # under on_schema_change 'ignore' a recompute reads the model's table with the query's
+    # columns: the table gets those it lacks, as NULL
+    return dataclasses.replace(choice, plan=lost_history.padded(plan, columns), because=because)
+
+
+def auto_reason(model: ModelSettings, step: StepState, choice: StepChoice, forced: bool) -> str:
+    """Why `auto` recomputes this step instead of running the model's plan; "" when it does
+    not. `choice`: the model's plan, with the sizes and estimates weighed; `forced`: the
+    estimates are a test's (step_cost.TEST_COSTS_ENV), taken whatever the inputs' size."""
+    plan, change_bytes, input_bytes = choice.model_plan, choice.change_bytes, choice.input_bytes
+    if model.strategy != "auto" or plan.kind == "recompute" or step.first_step:
+        return ""
+    if plan.kind == "linear" and not plan.stages and change_bytes is not None and input_bytes:
+        if input_bytes >= MIN_INPUT_BYTES and change_bytes >= RECOMPUTE_SHARE * input_bytes:
+            return (
                 f"its inputs changed by {human_size(change_bytes)}, at least "
                 f"{RECOMPUTE_SHARE:.0%} of their {human_size(input_bytes)}"
             )
-            recompute = recompute_plan(
-                step.compiled_sql,
-                model_plan.inputs,
-                model_plan.output_columns,
-                "the inputs' change is as large as the inputs",
-            )
-            choice = dataclasses.replace(choice, plan=recompute, because=because)
-    # under on_schema_change 'ignore' a recompute reads the model's table with the query's
-    # columns: the table gets those it lacks, as NULL
-    return dataclasses.replace(choice, plan=lost_history.padded(choice.plan, columns))
+    incremental, rebuild = choice.incremental_seconds, choice.rebuild_seconds
+    if model.emit_final or incremental is None or rebuild is None:
+        return ""
+    if not forced and (input_bytes is None or input_bytes < MIN_COST_INPUT_BYTES):
+        return ""
+    # a step that recomputed (and not to recover) stays with it while it is the cheaper
+    previous = step.previous
+    staying = previous.computed == step_cost.RECOMPUTED and not previous.recovered
+    if rebuild >= (1.0 if staying else REBUILD_SHARE) * incremental:
+        return ""
+    return (
+        f"recomputing is estimated at {rebuild:.2f} s against {incremental:.2f} s for an "
+        "incremental step (from the costs of its recorded steps)"
+    )
 
 
 def _total(values) -> Optional[int]:

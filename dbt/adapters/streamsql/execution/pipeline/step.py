@@ -286,7 +286,13 @@ def compute_step(
     choice = plan_choice.decide(ctx, decided, step, changes)
     adjusted = recovery.prepare(ctx, step, choice, changes)
     plan, changes = adjusted.plan, adjusted.changes
-    step.result.computed = plan.kind
+    step.result.computed = step.record.computed = plan.kind
+    step.record.costs, step.record.input_bytes = choice.costs, choice.input_bytes
+    stateful = decided.plan.aggregate is not None or bool(decided.plan.stages)
+    if choice.recovered:
+        step.record.state_behind_since = None  # the recovery rebuilds them
+    elif choice.because and stateful and step.record.state_behind_since is None:
+        step.record.state_behind_since = step.record.step  # this step writes no state
     removals = inputs.bind_inputs(ctx, changes, step.result, change.placeholder_reads(plan))
     step.inserts_only = removals == 0
 

@@ -1,0 +1,83 @@
+"""What a model's steps cost, as its step records keep it, and what `auto` estimates from it.
+
+A step's cost is its wall time from the start of its change phase (`StepRecord.started_at`, set
+after the model's tables exist) to the Delta commit of its model's change (the commit's
+timestamp): reading the inputs' changes, the state, computing and writing the model. The side
+tables written after the model's commit are not in it; a stateful step's state append is one
+INSERT of its changed groups.
+
+A step cannot know its own commit's time, so each step records the cost of the one before it
+(`costs_after`): a step that read its inputs in full (the first, a recompute, a recovery) is a
+sample of what rebuilding the model costs, kept with the inputs' bytes it read; any other is a
+sample of an incremental step. `estimates` scales the rebuild sample to the inputs' bytes now
+(a rebuild reads all of them) and takes the median of the recent incremental samples (their
+cost follows the change, not the inputs). Both are None until a sample exists.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from dbt.adapters.streamsql.execution.commit.record import StepRecord
+
+INCREMENTAL = "incremental"
+REBUILD = "rebuild"
+KEPT_SAMPLES = 5  # incremental samples kept: the median of these is the estimate
+RECOMPUTED = "recompute"  # StepRecord.computed of a step that recomputed the model
+# Test-only: "<incremental seconds>,<rebuild seconds>" replaces the estimates (and the inputs'
+# size `auto` requires), so that a test on small tables can make `auto` take either side.
+TEST_COSTS_ENV = "STREAMSQL_TEST_STEP_COSTS"
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """What the next step would cost each way, in seconds (None: no sample yet)."""
+
+    incremental: Optional[float]
+    rebuild: Optional[float]
+    forced: bool = False  # a test's figures (TEST_COSTS_ENV)
+
+
+def read_in_full(record: StepRecord) -> bool:
+    """Whether the step of `record` read every input in full: its cost is a rebuild's."""
+    return record.step == 1 or record.computed == RECOMPUTED or bool(record.recovered)
+
+
+def costs_after(previous: StepRecord, committed_at: Optional[float]) -> Dict[str, List[float]]:
+    """The costs the next record keeps: `previous`'s, with `previous`'s own step added when
+    its model commit's time (`committed_at`, seconds since the epoch) and its start are known.
+    A flush reads no input and says nothing of either cost."""
+    costs = {name: list(values) for name, values in previous.costs.items()}
+    if (
+        committed_at is None
+        or previous.started_at is None
+        or previous.step == 0
+        or previous.flush
+        or not previous.computed
+    ):
+        return costs
+    seconds = round(max(0.0, committed_at - previous.started_at), 3)
+    if read_in_full(previous):
+        if previous.input_bytes is not None:
+            costs[REBUILD] = [seconds, float(previous.input_bytes)]
+    else:
+        costs[INCREMENTAL] = (costs.get(INCREMENTAL, []) + [seconds])[-KEPT_SAMPLES:]
+    return costs
+
+
+def estimates(costs: Dict[str, List[float]], input_bytes: Optional[int]) -> Estimates:
+    """The next step's cost each way, from the recorded samples (see the module docstring)."""
+    forced = os.environ.get(TEST_COSTS_ENV)
+    if forced:
+        incremental_text, rebuild_text = forced.split(",")
+        return Estimates(float(incremental_text), float(rebuild_text), forced=True)
+    samples = costs.get(INCREMENTAL) or []
+    incremental = statistics.median(samples) if samples else None
+    rebuild = None
+    sample = costs.get(REBUILD)
+    if sample and input_bytes is not None and sample[1] > 0:
+        rebuild = sample[0] * input_bytes / sample[1]
+    return Estimates(incremental, rebuild)
