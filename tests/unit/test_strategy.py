@@ -143,6 +143,9 @@ def test_step_costs_are_sampled_from_the_step_before():
     assert costs == {"rebuild": [3.5, 2000.0], "incremental": [1.25]}
     later.costs = {"incremental": [1.0, 2.0, 3.0, 4.0, 5.0]}
     assert step_cost.costs_after(later, 206.0)["incremental"] == [2.0, 3.0, 4.0, 5.0, 6.0]
+    stateful = StepRecord(step=1, run_id="r", sql_fingerprint="f", started_at=100.0)
+    stateful.computed, stateful.input_bytes, stateful.state_tables = "aggregate", 2_000, ["state"]
+    assert step_cost.costs_after(stateful, 103.5) == {}  # it built its state tables too
     later.recovered = ["an input was vacuumed"]  # a recovery recomputes: a rebuild's cost
     assert "rebuild" not in step_cost.costs_after(later, 204.0)  # (without its bytes: none)
     later.input_bytes = 2_000
@@ -160,21 +163,30 @@ def test_auto_recomputes_a_model_with_state_while_that_is_cheaper_then_rebuilds_
     session = session_with_source(100 * MIB)
     settings = ModelSettings(name="m", schema="demo", identifier="m")
     run_step(session, settings, AGGREGATE)
-    took(session, 2.0)  # step 1 read 100 MiB in full: a rebuild's cost
+    took(session, 2.0)  # a first step builds the state tables too: no rebuild's price
     session.append_to("demo.src", size_bytes=MIB)
     assert run_step(session, settings, AGGREGATE).computed == "aggregate"
-    took(session, 5.0)  # an incremental step cost more than the rebuild
+    took(session, 5.0)  # an incremental step
+    session.append_to("demo.src", size_bytes=MIB)
+    third = run_step(session, settings, AGGREGATE)
+    # no recompute recorded yet, and an incremental step costs over a second: one, to price it
+    assert third.computed == "recompute"
+    assert (
+        "recomputed this step: no step has recomputed the model yet and an incremental step is "
+        "estimated at 5.00 s, so this one recomputes, to learn what that costs"
+    ) in third.notes, third.notes
+    took(session, 2.0)
     session.append_to("demo.src", size_bytes=MIB)
     explained = " ".join(explain_model(session, settings, AGGREGATE).split())
     start = len(session.statements)
-    third = run_step(session, settings, AGGREGATE)
-    # estimated: the rebuild 2.0 s x 102/100 MiB = 2.04 s, under 80% of the incremental 5 s
+    fourth = run_step(session, settings, AGGREGATE)
+    # estimated: the recompute's 2.0 s x 103/102 MiB = 2.02 s, under 80% of the incremental 5 s
     because = (
-        "recomputing is estimated at 2.04 s against 5.00 s for an incremental step (from "
+        "recomputing is estimated at 2.02 s against 5.00 s for an incremental step (from "
         "the costs of its recorded steps)"
     )
-    assert third.plan == "aggregate" and third.computed == "recompute"
-    assert f"recomputed this step: {because}" in third.notes
+    assert fourth.plan == "aggregate" and fourth.computed == "recompute"
+    assert f"recomputed this step: {because}" in fourth.notes
     switch = "it recomputes the model instead of running its aggregate plan (strategy: auto): "
     assert switch + because in explained, explained
     assert reads_the_model_to_diff(session.statements[start:])
@@ -183,22 +195,22 @@ def test_auto_recomputes_a_model_with_state_while_that_is_cheaper_then_rebuilds_
     took(session, 6.0)  # the recompute cost more than an incremental step: back to it
     session.append_to("demo.src", size_bytes=MIB)
     start = len(session.statements)
-    fourth = run_step(session, settings, AGGREGATE)
-    assert fourth.computed == "recompute"  # a recovery: the state tables are rebuilt first
+    fifth = run_step(session, settings, AGGREGATE)
+    assert fifth.computed == "recompute"  # a recovery: the state tables are rebuilt first
     assert any(
         note.startswith(
             "recovered (its state tables lack the steps since step 3, which "
             "recomputed the model (strategy: auto)"
         )
-        for note in fourth.notes
-    ), fourth.notes
+        for note in fifth.notes
+    ), fifth.notes
     assert writes_state(session.statements[start:])
     assert model_record(session).state_behind_since is None
     took(session, 6.0)
     session.append_to("demo.src", size_bytes=MIB)
-    fifth = run_step(session, settings, AGGREGATE)
+    sixth = run_step(session, settings, AGGREGATE)
     # the recovery's cost (6 s) is the rebuild's now: the incremental plan again
-    assert fifth.computed == "aggregate" and not fifth.notes, fifth.notes
+    assert sixth.computed == "aggregate" and not sixth.notes, sixth.notes
 
 
 @pytest.mark.parametrize("input_mib, strategy", [(1, "auto"), (100, "incremental")])

@@ -21,7 +21,9 @@ incremental plan reads and nets a change the size of the inputs, where a recompu
 once. Both write only the difference to the model, so its change feed is the same either way.
 Under `auto` a step of any plan (but emit_final's, whose table holds only final groups) also
 recomputes when the model's recorded step costs (step_cost.py) estimate a rebuild under
-REBUILD_SHARE of an incremental step, and stays with it while it is estimated the cheaper. A
+REBUILD_SHARE of an incremental step, and stays with it while it is estimated the cheaper;
+with no recompute recorded yet, a step whose incremental estimate is EXPLORE_SECONDS or more
+recomputes once to price it. A
 plan with state writes no state while it recomputes (the record says since when:
 `state_behind_since`); the next step that runs the plan first rebuilds its state tables from the
 inputs, as a recovery. The choice, and the sizes and estimates it was made on, go into the step
@@ -59,6 +61,9 @@ MIN_INPUT_BYTES = 64 * 2**20
 # MIN_COST_INPUT_BYTES, where either costs about a step's fixed cost.
 REBUILD_SHARE = 0.8
 MIN_COST_INPUT_BYTES = 16 * 2**20
+# With no recompute recorded yet, a step whose incremental estimate is at least this recomputes
+# once, to price it (a model's first step with state builds its state tables too: no price).
+EXPLORE_SECONDS = 1.0
 
 
 @dataclass
@@ -200,10 +205,17 @@ def auto_reason(model: ModelSettings, step: StepState, choice: StepChoice, force
                 f"{RECOMPUTE_SHARE:.0%} of their {human_size(input_bytes)}"
             )
     incremental, rebuild = choice.incremental_seconds, choice.rebuild_seconds
-    if model.emit_final or incremental is None or rebuild is None:
+    if model.emit_final or incremental is None:
         return ""
     if not forced and (input_bytes is None or input_bytes < MIN_COST_INPUT_BYTES):
         return ""
+    if rebuild is None:
+        if incremental < EXPLORE_SECONDS:
+            return ""
+        return (
+            f"no step has recomputed the model yet and an incremental step is estimated at "
+            f"{incremental:.2f} s, so this one recomputes, to learn what that costs"
+        )
     # a step that recomputed (and not to recover) stays with it while it is the cheaper
     previous = step.previous
     staying = previous.computed == step_cost.RECOMPUTED and not previous.recovered

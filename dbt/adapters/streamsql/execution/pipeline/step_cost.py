@@ -7,11 +7,12 @@ tables written after the model's commit are not in it; a stateful step's state a
 INSERT of its changed groups.
 
 A step cannot know its own commit's time, so each step records the cost of the one before it
-(`costs_after`): a step that read its inputs in full (the first, a recompute, a recovery) is a
-sample of what rebuilding the model costs, kept with the inputs' bytes it read; any other is a
-sample of an incremental step. `estimates` scales the rebuild sample to the inputs' bytes now
-(a rebuild reads all of them) and takes the median of the recent incremental samples (their
-cost follows the change, not the inputs). Both are None until a sample exists.
+(`costs_after`): a step that read its inputs in full (a recompute, a recovery, the first step
+of a model without state) is a sample of what rebuilding the model costs, kept with the inputs'
+bytes it read; any other but a first step is a sample of an incremental step. `estimates`
+scales the rebuild sample to the inputs' bytes now (a rebuild reads all of them) and takes the
+median of the recent incremental samples (their cost follows the change, not the inputs). Both
+are None until a sample exists.
 """
 
 from __future__ import annotations
@@ -41,9 +42,15 @@ class Estimates:
     forced: bool = False  # a test's figures (TEST_COSTS_ENV)
 
 
-def read_in_full(record: StepRecord) -> bool:
-    """Whether the step of `record` read every input in full: its cost is a rebuild's."""
-    return record.step == 1 or record.computed == RECOMPUTED or bool(record.recovered)
+def sampled(record: StepRecord) -> Optional[str]:
+    """What the cost of the step of `record` is a sample of: REBUILD when it read every input
+    in full and wrote what a rebuild writes, INCREMENTAL when it read the inputs' changes; None
+    for a first step of a model with state, which also built its state tables."""
+    if record.computed == RECOMPUTED or record.recovered:
+        return REBUILD
+    if record.step == 1:
+        return None if record.state_tables else REBUILD
+    return INCREMENTAL
 
 
 def costs_after(previous: StepRecord, committed_at: Optional[float]) -> Dict[str, List[float]]:
@@ -60,10 +67,10 @@ def costs_after(previous: StepRecord, committed_at: Optional[float]) -> Dict[str
     ):
         return costs
     seconds = round(max(0.0, committed_at - previous.started_at), 3)
-    if read_in_full(previous):
-        if previous.input_bytes is not None:
-            costs[REBUILD] = [seconds, float(previous.input_bytes)]
-    else:
+    kind = sampled(previous)
+    if kind == REBUILD and previous.input_bytes is not None:
+        costs[REBUILD] = [seconds, float(previous.input_bytes)]
+    elif kind == INCREMENTAL:
         costs[INCREMENTAL] = (costs.get(INCREMENTAL, []) + [seconds])[-KEPT_SAMPLES:]
     return costs
 
