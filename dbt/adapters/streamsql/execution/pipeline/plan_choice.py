@@ -22,8 +22,8 @@ once. Both write only the difference to the model, so its change feed is the sam
 Under `auto` a step of any plan (but emit_final's, whose table holds only final groups) also
 recomputes when the model's recorded step costs (step_cost.py) estimate a rebuild under
 REBUILD_SHARE of an incremental step, and stays with it while it is estimated the cheaper;
-with no recompute recorded yet, a step whose incremental estimate is EXPLORE_SECONDS or more
-recomputes once to price it. A
+with no price of a rebuild recorded yet, a step of a plan without state whose incremental
+estimate is EXPLORE_SECONDS or more recomputes once to price it. A
 plan with state writes no state while it recomputes (the record says since when:
 `state_behind_since`); the next step that runs the plan first rebuilds its state tables from the
 inputs, as a recovery. The choice, and the sizes and estimates it was made on, go into the step
@@ -61,8 +61,11 @@ MIN_INPUT_BYTES = 64 * 2**20
 # MIN_COST_INPUT_BYTES, where either costs about a step's fixed cost.
 REBUILD_SHARE = 0.8
 MIN_COST_INPUT_BYTES = 16 * 2**20
-# With no recompute recorded yet, a step whose incremental estimate is at least this recomputes
-# once, to price it (a model's first step with state builds its state tables too: no price).
+# With no rebuild price recorded yet (a model stepped before steps kept their costs), a step of
+# a plan without state whose incremental estimate is at least this recomputes once, to price
+# it. A plan with state does not: coming back, it rebuilds its state tables from the inputs,
+# which can cost many incremental steps, and its first step, which builds them, prices nothing;
+# it recomputes by cost once some recompute (a recovery) has priced it.
 EXPLORE_SECONDS = 1.0
 
 
@@ -210,7 +213,8 @@ def auto_reason(model: ModelSettings, step: StepState, choice: StepChoice, force
     if not forced and (input_bytes is None or input_bytes < MIN_COST_INPUT_BYTES):
         return ""
     if rebuild is None:
-        if incremental < EXPLORE_SECONDS:
+        # (a model with state would pay a rebuild of its state to come back: not to explore)
+        if incremental < EXPLORE_SECONDS or plan.aggregate is not None or plan.stages:
             return ""
         return (
             f"no step has recomputed the model yet and an incremental step is estimated at "
