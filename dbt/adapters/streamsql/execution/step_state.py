@@ -46,7 +46,7 @@ class StepState:
     first_step: bool = False
     # Whether the changes read so far in this step (inputs, then stages) are inserts only.
     inserts_only: bool = True
-    # What the commit measures over the model's netted change (pipeline/bounds.change_measures),
+    # What the commit measures over the model's netted change (commit/bounds.change_measures),
     # known once the inputs' changes are read: the pass that computes the change measures them
     # too. Empty: the commit queries them (commit/protocol.py).
     change_measures: Dict[str, str] = field(default_factory=dict)

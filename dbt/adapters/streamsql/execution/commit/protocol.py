@@ -44,6 +44,7 @@ from dbt.adapters.streamsql.execution.engine.sql_session import measured
 from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.shared.errors import StepError
+from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
 from dbt.adapters.streamsql.execution.shared.result import WRITE_REWRITE
 from dbt.adapters.streamsql.execution.shared.writes import (
     LATE,
@@ -90,7 +91,7 @@ def commit_step(
     step: StepState,
     change: ModelChange,
     columns: Sequence[Column],
-    lateness: Sequence[late.LatenessRule],
+    lateness: Sequence[LatenessRule],
     key: Optional[Sequence[str]] = None,
 ) -> None:
     """Count and check the change, then write everything in order (see the module docstring).

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 from dbt.adapters.streamsql.execution.context import StepContext
+from dbt.adapters.streamsql.execution.engine.sql_session import describe_query
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules, event_time_rules
 from dbt.adapters.streamsql.execution.pipeline import inputs, keys, step_cost
 from dbt.adapters.streamsql.execution.pipeline.meaning import Meaning
@@ -96,7 +97,7 @@ def model_plan(
         PlanningError: the query cannot be planned.
     """
     with ctx.role("the columns of the model's query"):
-        output_columns = inputs.describe_query(ctx.session, compiled_sql)
+        output_columns = describe_query(ctx.session, compiled_sql)
     describe = inputs.describer(ctx.session, read)
     meaning = Meaning(ctx, describe, output_columns, checked)
     plan = planned(
