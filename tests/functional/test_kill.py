@@ -68,9 +68,15 @@ def show(project: DbtProject, query: str) -> list:
 
 def step_records(table_dir: Path) -> list:
     """The step numbers in the records of a Delta table's commits, read from its log files."""
+    commits = sorted((table_dir / "_delta_log").glob("*.json"))
+    return steps_of_commits(commit.read_text() for commit in commits)
+
+
+def steps_of_commits(commits) -> list:
+    """The step numbers in the records of a table's commit files (their texts, in order)."""
     steps = []
-    for commit in sorted((table_dir / "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
+    for text in commits:
+        for line in text.splitlines():
             info = json.loads(line).get("commitInfo")
             if info and info.get("userMetadata"):
                 steps.append(json.loads(info["userMetadata"])["streamsql"]["step"])
@@ -100,6 +106,16 @@ def test_runs_killed_at_random_moments_never_apply_a_step_twice_or_lose_one(tmp_
     assert killed, "no run was killed: lengthen the runs or shorten the waits"
 
     checker = DbtProject.create(tmp_path / "check", {}, target=project.target)
+    row = show(checker, whole_steps_query())[0]
+    numbers = step_records(tmp_path / "wh" / "tables" / "kill.db" / "windows")
+    assert_whole_steps(row, numbers)
+
+
+def whole_steps_query() -> str:
+    """One row of counts that are 0 when every table of the kill models shows whole steps.
+
+    The model + its quarantined inserts - its quarantined deletes = the query; the downstream
+    model = its query over the model; one __waterline row per step."""
     query = (
         "select k, window(ts, '10 minutes').start as ws, count(*) as n, max(v) as top "
         "from kill.events group by k, window(ts, '10 minutes')"
@@ -109,9 +125,7 @@ def test_runs_killed_at_random_moments_never_apply_a_step_twice_or_lose_one(tmp_
         "as w from kill.windows__late"
     )
     busy = "select k, ws, n from kill.windows where n > 1"
-    # the model + its quarantined inserts - its quarantined deletes = the query; the downstream
-    # model = its query over the model; one __waterline row per step
-    check = (
+    return (
         f"with q as ({query}), l as ({late}), signed as (select k, ws, n, top, 1 as w "
         "from kill.windows union all select * from l), held as (select k, ws, n, top, "
         "sum(w) as w from signed group by k, ws, n, top having sum(w) <> 0), "
@@ -128,8 +142,11 @@ def test_runs_killed_at_random_moments_never_apply_a_step_twice_or_lose_one(tmp_
         "(select coalesce(max(step), 0) from lines) as last_waterline_step, "
         "(select count(*) from lines where c <> 1) as doubled_waterlines"
     )
-    row = show(checker, check)[0]
-    numbers = step_records(tmp_path / "wh" / "tables" / "kill.db" / "windows")
+
+
+def assert_whole_steps(row: dict, numbers: list) -> None:
+    """`whole_steps_query`'s row and the model's step records (in commit order) show each step
+    applied once, none skipped, and quarantining that happened."""
     assert numbers == list(range(numbers[-1] + 1)), numbers  # each step once, none skipped
     assert row == {
         "extra": 0,

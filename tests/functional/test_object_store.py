@@ -1,0 +1,200 @@
+"""The warehouse on an S3-compatible object store: the sample project and kill -9, tables on S3.
+
+One S3 server for every case of this file: moto's, on loopback (`scripts/s3_server.py`), reached
+by Spark through Hadoop's S3A connector (hadoop-aws and the AWS SDK modules it loads, resolved
+from Maven Central: object_store.py). Nothing stands in for Hadoop's FileSystem. The profile
+puts the warehouse at `s3a://lake/wh` (its tables under `s3a://lake/wh/tables/`) and the
+embedded Derby metastore and the warm server's files in a local directory. Every case goes
+through one warm Spark server (keep_warm, the default), started by the first dbt command and
+stopped at the end, so the file starts one Spark.
+
+- The sample project's steps, then `dbt test`: its schema tests, the quarantine and waterline
+  alarms, and `matches_recompute` on every model (each view equals its recompute, LATENESS
+  applied). Its tables are on S3 and none on local disk; the server's log says which log store
+  commits to S3 and why the table watcher is off.
+- kill -9 of the dbt client at random moments of a step (test_kill.py's two models: an aggregate
+  with LATENESS and a linear model over it), then one complete run: every table shows whole
+  steps, none applied twice or skipped (the model's step records read from its log on S3).
+
+    pytest -k object_store tests/functional     # STREAMSQL_OBJECT_STORE_STEPS, _KILLS, _SEED
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dbt.adapters.streamsql.spark import warm_server
+from scripts.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3a_settings
+from tests.dbt_process import DbtProject
+from tests.functional.test_kill import (
+    HOOKS,
+    MODELS,
+    assert_whole_steps,
+    show,
+    steps_of_commits,
+    whole_steps_query,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = int(os.environ.get("STREAMSQL_OBJECT_STORE_STEPS", "2"))
+RATE = int(os.environ.get("STREAMSQL_OBJECT_STORE_RATE", "50"))
+KILLS = int(os.environ.get("STREAMSQL_OBJECT_STORE_KILLS", "3"))
+SEED = int(os.environ.get("STREAMSQL_OBJECT_STORE_SEED", "20261202"))
+RUN_TIMEOUT = 1500
+BUCKET = "lake"
+# As the sample project's local target: tiny data, no code generation or adaptive plans.
+SMALL_DATA = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+}
+SAMPLE_MODELS = 7
+
+
+@pytest.fixture(scope="module")
+def object_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("object_store")
+    server = S3Server(root / "s3").start()
+    server.create_bucket(BUCKET)
+    local = root / "local"  # the metastore and the warm server's files
+    target = {
+        "type": "streamsql",
+        "method": "session",
+        "schema": "demo",
+        "threads": 4,
+        "keep_warm": True,  # one Spark for every case (DbtProject's default is in-process)
+        "warehouse_dir": f"s3a://{BUCKET}/wh",
+        "local_dir": str(local),
+        "idle_timeout": 3600,
+        "server_side_parameters": {
+            **s3a_settings(server.endpoint),
+            **SMALL_DATA,
+            "spark.driver.memory": "2g",
+        },
+    }
+    try:
+        yield SimpleNamespace(server=server, target=target, local=local)
+    finally:
+        warm_server.stop_server(warm_server.ServerPaths(str(local)))
+        server.stop()
+
+
+def s3_keys(server: S3Server, prefix: str) -> list:
+    """Every key of the bucket under `prefix`, listed through the S3 API (boto3, moto's)."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+    )
+    keys = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        keys += [item["Key"] for item in page.get("Contents", [])]
+    return sorted(keys)
+
+
+def s3_text(server: S3Server, key: str) -> str:
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+    )
+    return client.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 600)
+def test_object_store_sample_project_steps_pass_its_tests(object_store, tmp_path):
+    work = tmp_path / "sample"
+    work.mkdir()
+    out = work / "result.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            *("-m", "tests.sample_steps", "--work-dir", str(work)),
+            *("--target", json.dumps(object_store.target)),
+            *("--steps", str(STEPS), "--rate", str(RATE), "--out", str(out), "--test"),
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, DBT_SEND_ANONYMOUS_USAGE_STATS="false"),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    server_log = warm_server.ServerPaths(str(object_store.local)).log
+    assert completed.returncode == 0, (
+        f"{completed.stderr[-6000:]}\n(dbt's log: {work / 'project' / 'logs' / 'dbt.log'}; "
+        f"the server's: {server_log})"
+    )
+    report = json.loads(out.read_text())
+    for step in report["steps"]:
+        assert len(step["models"]) == SAMPLE_MODELS, step
+        assert {m["status"] for m in step["models"].values()} == {"success"}, step
+    # every view equals its recompute, and the quarantine and waterline alarms hold
+    failed = {name: status for name, status in report["tests"].items() if status != "pass"}
+    assert not failed, failed
+    recompute_tests = [name for name in report["tests"] if name.startswith("matches_recompute_")]
+    assert len(recompute_tests) == SAMPLE_MODELS, sorted(report["tests"])
+    for name in ("stg_purchases", "stg_sensors", "orders_enriched"):  # rows reached them
+        assert sum(s["models"][name]["applied"] or 0 for s in report["steps"]) > 0, name
+    assert all(m["changes_read"] for m in report["steps"][-1]["models"].values())
+
+    # the tables are on S3, each with its log, and none on local disk
+    keys = s3_keys(object_store.server, "wh/tables/demo.db/")
+    for model in report["steps"][0]["models"]:
+        assert f"wh/tables/demo.db/{model}/_delta_log/00000000000000000000.json" in keys, model
+    assert any(key.endswith(".parquet") for key in keys)
+    assert not (object_store.local / "tables").exists()
+    assert (object_store.local / "metastore_db").is_dir()
+    # the fast paths that read local files stepped aside, saying so
+    said = Path(server_log).read_text()
+    assert "S3SingleDriverLogStore" in said, said[-3000:]
+    assert f"the warehouse (s3a://{BUCKET}/wh/tables) is not on this machine" in said
+    dbt_log = (work / "project" / "logs" / "dbt.log").read_text()
+    assert "Tables on s3a:// (first: " in dbt_log
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 600)
+def test_object_store_clients_killed_mid_step_lose_or_double_nothing(object_store, tmp_path):
+    target = dict(object_store.target, schema="kill", threads=1)
+    project = DbtProject.create(
+        tmp_path / "p", MODELS, target=target, project_extra={"on-run-start": HOOKS}
+    )
+    first = project.dbt("run", timeout=RUN_TIMEOUT)
+    assert first.returncode == 0, first.stdout[-3000:]
+    rng = random.Random(SEED)
+    killed = 0
+    for _ in range(KILLS):
+        process = project.dbt_popen("run")
+        try:  # killed at that moment if still running
+            process.wait(timeout=rng.uniform(4, 25))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            killed += 1
+        process.communicate(timeout=600)
+    final = project.dbt("run", timeout=RUN_TIMEOUT)
+    assert final.returncode == 0, final.stdout[-3000:]
+    assert killed, "no run was killed: lengthen the runs or shorten the waits"
+
+    checker = DbtProject.create(tmp_path / "check", {}, target=target)
+    row = show(checker, whole_steps_query())[0]
+    log = "wh/tables/kill.db/windows/_delta_log/"
+    commits = [k for k in s3_keys(object_store.server, log) if k.endswith(".json")]
+    numbers = steps_of_commits(s3_text(object_store.server, key) for key in commits)
+    assert_whole_steps(row, numbers)
