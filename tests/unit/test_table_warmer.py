@@ -151,3 +151,12 @@ def test_only_a_warehouse_on_this_machine_is_watched(tmp_path):
     assert local_tables_dir(Session("s3a://bucket/warehouse")) is None
     assert local_tables_dir(Session(f"file:{tmp_path}/not-yet")) == f"{tmp_path}/not-yet"
     assert local_tables_dir(Session("relative/tables")) is None
+
+
+def test_a_warehouse_on_an_object_store_is_not_watched_and_the_log_says_why():
+    from dbt.adapters.streamsql.spark.table_warmer import server_warmer
+
+    warmer, said = server_warmer(Session("s3a://lake/wh/tables"), stopping=None)
+    assert warmer is None
+    assert "the warehouse (s3a://lake/wh/tables) is not on this machine" in said
+    assert "requests" in said
