@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, make_dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 from dbt.adapters.base import BaseRelation, available
+from dbt.adapters.capability import Capability, CapabilityDict, CapabilitySupport, Support
 from dbt.adapters.contracts.connection import AdapterResponse
 from dbt.adapters.events.logging import AdapterLogger
 from dbt.adapters.spark.column import SparkColumn
 from dbt.adapters.spark.impl import SparkAdapter, SparkConfig
 from dbt_common.exceptions import DbtRuntimeError
+from dbt_common.utils import AttrDict
 from typing_extensions import TypeAlias
 
 from dbt.adapters.streamsql.connections import StreamSQLConnectionManager
@@ -97,6 +100,13 @@ def errors_as_dbt_errors() -> Iterator[None]:
         raise DbtRuntimeError(str(exc)) from exc
 
 
+def utc_time(epoch_seconds: Optional[float]) -> Optional[datetime]:
+    """Seconds since the epoch as a UTC datetime (None stays None: dbt reads it as never)."""
+    if epoch_seconds is None:
+        return None
+    return datetime.fromtimestamp(epoch_seconds, tz=timezone.utc)
+
+
 def write_statements(
     write: Optional[Callable[[str], Any]],
     session: AdapterSqlSession,
@@ -145,6 +155,11 @@ def step_response(result: StepResult) -> StepResponse:
 class StreamSQLAdapter(SparkAdapter):
     ConnectionManager: TypeAlias = StreamSQLConnectionManager  # type: ignore[assignment]
     AdapterSpecificConfigs: TypeAlias = StreamSQLConfig  # type: ignore[assignment]
+    # `dbt source freshness` of a source without `loaded_at_field`: its Delta table's last
+    # commit (the `get_relation_last_modified` macro, `streamsql_last_modified`)
+    _capabilities = CapabilityDict(
+        {Capability.TableLastModifiedMetadata: CapabilitySupport(support=Support.Full)}
+    )
 
     def pre_model_hook(self, config: Any) -> Any:
         """Make Delta the file format of every model, seed and snapshot that names none.
@@ -265,6 +280,44 @@ class StreamSQLAdapter(SparkAdapter):
         except (TableMissing, NotDeltaTable):
             return []
         return [dict(asdict(step.record), model_version=step.last_version) for step in found]
+
+    @available
+    def streamsql_last_modified(self, relations: List[BaseRelation]) -> AttrDict:
+        """When each of `relations` (sources' Delta tables) last committed, as dbt's metadata
+        freshness reads the `get_relation_last_modified` macro's result: a table of (schema,
+        identifier, last_modified, snapshotted_at), both times in UTC, `snapshotted_at` Spark's
+        clock now (the clock that stamped the commits). One `DESCRIBE HISTORY ... LIMIT 1` a
+        table where Delta's log is not read in the JVM.
+
+        Raises:
+            DbtRuntimeError: a table is missing or is not a Delta table (no commits to date it).
+        """
+        from dbt_common.clients.agate_helper import table_from_rows
+
+        session = AdapterSqlSession(self)
+        log = session.delta_log()
+        rows = []
+        for relation in relations:
+            name = f"{relation.schema}.{relation.identifier}"
+            try:
+                commits = log.recent_commits(name, 1)
+            except (TableMissing, NotDeltaTable) as error:
+                missing = isinstance(error, TableMissing)
+                kind = "does not exist (or is a view)" if missing else "is not a Delta table"
+                raise DbtRuntimeError(
+                    f"Source table {name} {kind}: its freshness from metadata is the time of "
+                    "its last Delta commit. Create it as a Delta table, or give the source a "
+                    "loaded_at_field."
+                ) from error
+            stamp = commits[0].timestamp if commits else None
+            rows.append([relation.schema, relation.identifier, utc_time(stamp)])
+        now = session.query("SELECT unix_millis(current_timestamp()) AS now")[0]["now"]
+        snapshotted_at = utc_time(float(now) / 1000.0)
+        table = table_from_rows(
+            [row + [snapshotted_at] for row in rows],
+            ["schema", "identifier", "last_modified", "snapshotted_at"],
+        )
+        return AttrDict(response=AdapterResponse(_message="OK"), table=table)
 
     @available
     def streamsql_comparable(self, expression: str, data_type: str) -> str:
