@@ -291,13 +291,18 @@ def test_an_unknown_config_key_is_named_with_the_nearest_known_one():
         ("incremental_strategy", "merge", "remove it"),
         ("clustered_by", ["k"], "liquid_clustered_by"),
         ("grants", {"select": ["bi"]}, "post-hook"),
-        ("contract", {"enforced": True}, "dbt tests"),
         ("file_format", "parquet", "always Delta"),
     ],
 )
 def test_a_dbt_config_incremental_view_does_not_apply_is_named_when_set(key, value, instead):
     (warning,) = configs.config_warnings("m", {**DBT_DEFAULTS, key: value})
     assert f"config {key}" in warning and instead in warning
+
+
+def test_an_enforced_contract_is_not_flagged():
+    # the materialization checks it at every step (incremental_view.sql)
+    contract = {"enforced": True, "alias_types": True}
+    assert configs.config_warnings("m", {**DBT_DEFAULTS, "contract": contract}) == []
 
 
 def test_on_schema_change_and_unique_key_are_read_and_checked():

@@ -112,10 +112,6 @@ NOT_APPLIED: Dict[str, Tuple[str, str]] = {
     "merge_update_columns": ("a step's MERGE updates whole rows", "remove it"),
     "column_types": ("it applies to seeds", "cast the column in the model's SELECT"),
     "grants": ("incremental_view does not run GRANT statements", "grant in a post-hook"),
-    "contract": (
-        "contracts are not enforced by incremental_view",
-        "test the columns with dbt tests",
-    ),
     "batch_size": ("it configures microbatch models", "remove it"),
     "lookback": ("it configures microbatch models", "remove it"),
     "begin": ("it configures microbatch models", "remove it"),
@@ -165,13 +161,6 @@ def is_set(name: str, value: Any) -> bool:
         return False
     if name in NOT_APPLIED_DEFAULTS and str(value) == str(NOT_APPLIED_DEFAULTS[name]):
         return False
-    if name == "contract":
-        enforced = (
-            value.get("enforced")
-            if isinstance(value, Mapping)
-            else getattr(value, "enforced", False)
-        )
-        return bool(enforced)
     if name == "file_format":
         return str(value).lower() != "delta"
     return True

@@ -8,6 +8,12 @@
   {%- set target_relation = this.incorporate(type='table') -%}
 
   {{ run_hooks(pre_hooks) }}
+  {#- an enforced contract: the query's columns and types against the model's YAML, at every
+      step and before it writes anything (dbt's own check, as for a table: it names the columns
+      that differ) -#}
+  {%- if config.get('contract').enforced -%}
+    {%- do get_assert_columns_equivalent(sql) -%}
+  {%- endif -%}
   {#- `write`: the statements the step sent, with their roles, go to target/run/ as for every
       materialization (dbt compile still shows the SELECT, in target/compiled/) -#}
   {%- set response = adapter.streamsql_step(target_relation, sql, model.config, should_full_refresh(),
