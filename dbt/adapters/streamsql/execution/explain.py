@@ -28,7 +28,7 @@ from dbt.adapters.streamsql.execution.plan_advice import (
     avoid_recompute,
     is_partial_recompute,
 )
-from dbt.adapters.streamsql.execution.recovery import faults, schema
+from dbt.adapters.streamsql.execution.recovery import schema
 from dbt.adapters.streamsql.execution.shared.errors import StepError
 from dbt.adapters.streamsql.execution.shared.input_state import InputState
 from dbt.adapters.streamsql.execution.shared.model import ModelSettings
@@ -122,9 +122,7 @@ def gather(ctx: StepContext, compiled_sql: str) -> Explanation:
         pending = model.table_name("__pending")
         if rules.watermark and ctx.delta_log.exists(pending):
             found.held = int(ctx.session.query(held_count(model.pending_table))[0]["n"])
-        # as the step tells a run with nothing to do (step.py, phase 1)
-        versions = {i.table.name: i.version for i in read}
-        found.unchanged = last.unchanged(compiled_sql, versions) and faults.same_tables(last, read)
+        found.unchanged = inputs.nothing_to_do(last, compiled_sql, read)  # as the step tells it
         if found.problem is None and not found.unchanged:
             try:
                 found.choice = next_choice(ctx, decided, compiled_sql, read, last)
@@ -447,7 +445,7 @@ def choice_lines(choice: StepChoice, model: ModelSettings) -> List[str]:
     if model.strategy != "auto" or kind == "recompute":
         return []
     lines = []
-    stateless = kind == "linear" and not choice.model_plan.stages
+    stateless = kind == "linear" and not choice.model_plan.keeps_state
     if choice.change_bytes is not None and choice.input_bytes is not None and stateless:
         lines.append(
             f"it runs the {kind} plan (strategy: auto): its inputs changed by "

@@ -234,3 +234,9 @@ class StepPlan:
     later_monotonic: bool = False
     # linear: an `ORDER BY ... LIMIT k` at the top whose step record keeps rows below its cut.
     top_k: Optional[GlobalTopKPlan] = None
+
+    @property
+    def keeps_state(self) -> bool:
+        """Whether the plan keeps state tables that must follow every step (an aggregate at
+        the top, or stages below it)."""
+        return self.aggregate is not None or bool(self.stages)

@@ -25,6 +25,7 @@ from dbt.adapters.streamsql.execution.engine.delta_log import (
     quoted,
 )
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession, describe_query
+from dbt.adapters.streamsql.execution.recovery import faults
 from dbt.adapters.streamsql.execution.shared.errors import StepError
 from dbt.adapters.streamsql.execution.shared.input_state import InputChange, InputState
 from dbt.adapters.streamsql.execution.shared.result import StepResult
@@ -101,6 +102,13 @@ def describer(session: SqlSession, inputs: Sequence[InputState]) -> Callable[[st
     """DESCRIBE QUERY of a SELECT over the inputs' `new` placeholders (for the planner)."""
     views = {new_input(i): f"(SELECT * FROM {item.relation})" for i, item in enumerate(inputs)}
     return lambda select: describe_query(session, sql.bind_placeholders(select, views))
+
+
+def nothing_to_do(last: StepRecord, compiled_sql: str, read: Sequence[InputState]) -> bool:
+    """Whether a run of `compiled_sql` over `read` after step `last` has nothing to do: the same
+    query, every input at the version `last` read, and none of them another table since."""
+    versions = {item.table.name: item.version for item in read}
+    return last.unchanged(compiled_sql, versions) and faults.same_tables(last, read)
 
 
 def first_read(previous: StepRecord, read: Sequence[InputState]) -> bool:

@@ -142,8 +142,9 @@ def planned(
 def decide(
     ctx: StepContext, decided: ModelPlan, step: StepState, changes: Sequence[InputChange]
 ) -> StepChoice:
-    """The plan step `step` runs, given its inputs' `changes` (inputs.read_changes): a recovery,
-    `auto`'s recompute of a large change, or the model's plan (see the module docstring).
+    """The plan step `step` runs, given its inputs' `changes` (inputs.read_changes): a recovery
+    (of an input, or of state tables `auto` left behind), `auto`'s recompute of a large change or
+    of a step estimated cheaper that way, or the model's plan (see the module docstring).
 
     Writes nothing, so that explain asks it as the step does.
 
@@ -202,7 +203,7 @@ def auto_reason(model: ModelSettings, step: StepState, choice: StepChoice, force
     plan, change_bytes, input_bytes = choice.model_plan, choice.change_bytes, choice.input_bytes
     if model.strategy != "auto" or plan.kind == "recompute" or step.first_step:
         return ""
-    if plan.kind == "linear" and not plan.stages and change_bytes is not None and input_bytes:
+    if plan.kind == "linear" and not plan.keeps_state and change_bytes is not None and input_bytes:
         if input_bytes >= MIN_INPUT_BYTES and change_bytes >= RECOMPUTE_SHARE * input_bytes:
             return (
                 f"its inputs changed by {human_size(change_bytes)}, at least "
@@ -215,7 +216,7 @@ def auto_reason(model: ModelSettings, step: StepState, choice: StepChoice, force
         return ""
     if rebuild is None:
         # (a model with state would pay a rebuild of its state to come back: not to explore)
-        if incremental < EXPLORE_SECONDS or plan.aggregate is not None or plan.stages:
+        if incremental < EXPLORE_SECONDS or plan.keeps_state:
             return ""
         return (
             f"no step has recomputed the model yet and an incremental step is estimated at "

@@ -189,11 +189,7 @@ def _step(ctx: StepContext, compiled_sql: str, recover_reason: Optional[str] = N
             finish_step(
                 ctx.session, ctx.model, compiled_sql, last, unfinished, ctx.log, ctx.side_sql
             )
-    if (
-        last is not None
-        and last.unchanged(compiled_sql, versions)
-        and faults.same_tables(last, read)
-    ):
+    if last is not None and inputs.nothing_to_do(last, compiled_sql, read):
         return StepResult(
             ctx.model.name,
             last.step,
@@ -288,10 +284,9 @@ def compute_step(
     plan, changes = adjusted.plan, adjusted.changes
     step.result.computed = step.record.computed = plan.kind
     step.record.costs, step.record.input_bytes = choice.costs, choice.input_bytes
-    stateful = decided.plan.aggregate is not None or bool(decided.plan.stages)
     if choice.recovered:
         step.record.state_behind_since = None  # the recovery rebuilds them
-    elif choice.because and stateful and step.record.state_behind_since is None:
+    elif choice.because and decided.plan.keeps_state and step.record.state_behind_since is None:
         step.record.state_behind_since = step.record.step  # this step writes no state
     removals = inputs.bind_inputs(ctx, changes, step.result, change.placeholder_reads(plan))
     step.inserts_only = removals == 0

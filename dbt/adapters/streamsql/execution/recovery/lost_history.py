@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
 import sqlglot
@@ -222,7 +222,6 @@ class Adjusted:
     columns: List[Column]  # the columns the step writes (schema.written_columns)
     query_columns: List[Column]  # the query's output columns
     original: Optional[StepPlan] = None  # set when the step recovers: the model's own plan
-    reasons: List[str] = field(default_factory=list)
 
 
 def recovery_reasons(
@@ -297,7 +296,6 @@ def prepare(
         columns,
         query_columns,
         original=choice.model_plan,
-        reasons=list(choice.recovered),
     )
 
 
