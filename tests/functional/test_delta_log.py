@@ -151,6 +151,8 @@ def test_commits_agree_and_count_their_change_feed(spark, readers, files_only, f
             dict(b.metrics),
             b.user_metadata,
         ), a.version
+        # The commit info's clock and the log file's modification time name one instant.
+        assert a.timestamp is not None and abs(a.timestamp - b.timestamp) < 2.0, a.version
     assert jvm.jvm.recent_commits(table, 2) == sql.recent_commits(table, 2)
     for commit in from_jvm:
         rows = spark.sql(

@@ -126,8 +126,11 @@ class Commit:
     parameters: Mapping[str, str] = field(default_factory=dict)
     metrics: Mapping[str, str] = field(default_factory=dict)
     user_metadata: Optional[str] = None
-    # When it was committed, in seconds since the epoch (None: the history does not say).
-    timestamp: Optional[float] = None
+    # When it was committed, in seconds since the epoch (None: the history does not say). Not
+    # part of a commit's identity: the commit info's own timestamp (the writer's clock as it
+    # committed, what the file readers give) and DESCRIBE HISTORY's (the log file's modification
+    # time when in-commit timestamps are off) name one commit a few milliseconds apart.
+    timestamp: Optional[float] = field(default=None, compare=False)
 
     def as_history_row(self) -> Dict[str, Any]:
         """In the shape of a `DESCRIBE HISTORY` row (what `record.last_record` reads)."""
