@@ -190,6 +190,28 @@ class TestAppendOnly:
         assert (latest_version(project, model), rows(project, model)) == before
 
 
+class TestProfileSettings:
+    """The profile's runtime settings reach each connection's session, also in a process whose
+    Spark was started with others (this suite's: SMALL_DATA_SETTINGS shuffle to 1 partition)."""
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, dbt_profile_target):
+        settings = {
+            **dbt_profile_target["server_side_parameters"],
+            "spark.sql.shuffle.partitions": "3",
+        }
+        return {**dbt_profile_target, "server_side_parameters": settings}
+
+    @pytest.fixture(scope="class")
+    def models(self):
+        return {"one.sql": "{{ config(materialized='table') }} select 1 as id"}
+
+    def test_a_runtime_setting_of_the_profile_reaches_the_session(self, project):
+        run_dbt(["run"])
+        row = project.run_sql("set spark.sql.shuffle.partitions", fetch="one")
+        assert row[1] == "3", row
+
+
 class TestNonDeltaInput:
     @pytest.fixture(scope="class")
     def models(self):

@@ -317,6 +317,19 @@ class ThriftConnectionWrapper(PyhiveConnectionWrapper):
             logger.debug(f"The Thrift Server did not close the session cleanly: {text[:300]}")
 
 
+def with_runtime_settings(session: Any, parameters: Mapping[str, str]) -> Any:
+    """`session` with the profile's runtime settings. A new session of a process's Spark takes
+    its settings from the SparkContext, which holds the profile's only when this profile
+    started it: in a process whose Spark something else started (a test suite, a notebook),
+    the profile's settings would otherwise not reach the session. Static settings stay as the
+    running Spark has them."""
+    conf = session.conf
+    for key, value in parameters.items():
+        if conf.isModifiable(key) and conf.get(key, None) != str(value):
+            conf.set(key, str(value))
+    return session
+
+
 class StreamSQLConnectionManager(SparkConnectionManager):
     TYPE = "streamsql"
 
@@ -364,7 +377,9 @@ class StreamSQLConnectionManager(SparkConnectionManager):
             return cls._connect(url, creds.server_side_parameters, where)
         settings = creds.session_settings()
         if not creds.keep_warm:
-            return get_spark_session(settings).newSession()
+            return with_runtime_settings(
+                get_spark_session(settings).newSession(), creds.server_side_parameters
+            )
         port = creds.port  # None unless the profile pins the warm server's port
         state = warm_server.ensure_server(settings, creds.idle_timeout, port)
         paths = warm_server.ServerPaths(settings.warehouse_dir)
