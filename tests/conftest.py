@@ -26,6 +26,18 @@ def warehouse_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("warehouse"))
 
 
+@pytest.fixture(scope="module")
+def small_spark(warehouse_dir):
+    """A session of its own (temp views, settings) on the test run's one Spark, the adapter's,
+    whichever test starts it first, with SMALL_DATA_SETTINGS: for the tests that query Spark
+    directly rather than through dbt."""
+    from dbt.adapters.streamsql.connections import with_runtime_settings
+    from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
+
+    spark = get_spark_session(SessionSettings(warehouse_dir, "local[2]", SMALL_DATA_SETTINGS, 600))
+    return with_runtime_settings(spark.newSession(), SMALL_DATA_SETTINGS)
+
+
 @pytest.fixture(scope="class")
 def dbt_profile_target(warehouse_dir):
     return {

@@ -167,12 +167,8 @@ UNREAD_BY_SQLGLOT = ["'a' r'b'", "r'a''b'"]
 
 
 @pytest.fixture(scope="module")
-def spark(warehouse_dir):
-    """The test run's one Spark session (the adapter's), whichever test starts it first."""
-    from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
-
-    session = get_spark_session(SessionSettings(warehouse_dir, "local[2]", {}, 600))
-    return session.newSession()  # its own settings
+def spark(small_spark):
+    return small_spark
 
 
 def rendered(form: str) -> str:

@@ -37,7 +37,6 @@ from dbt.adapters.streamsql.planning.plan import (
     old_input,
 )
 from dbt.adapters.streamsql.planning.planner import plan_step
-from tests.conftest import SMALL_DATA_SETTINGS
 from tests.functional.test_planner_semantics import (
     INPUTS,
     bag,
@@ -138,15 +137,8 @@ STAGED = [
 
 
 @pytest.fixture(scope="module")
-def spark(warehouse_dir):
-    """test_planner_semantics.py's session, with the settings the other functional tests give
-    Spark for small data (a third less time here)."""
-    from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
-
-    session = get_spark_session(SessionSettings(warehouse_dir, "local[2]", {}, 600)).newSession()
-    for key, value in SMALL_DATA_SETTINGS.items():
-        session.conf.set(key, value)
-    return session
+def spark(small_spark):
+    return small_spark
 
 
 def describe(spark, select):
