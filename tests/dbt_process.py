@@ -15,6 +15,8 @@ from typing import Dict, Mapping, Optional
 
 import yaml
 
+from tests.conftest import SMALL_DATA_SETTINGS
+
 DBT = str(Path(sys.executable).with_name("dbt"))
 
 
@@ -47,6 +49,8 @@ class DbtProject:
         if target.get("method", "session") == "session":
             # Spark in the dbt process, as these tests mean; the warm server's tests say so.
             target.setdefault("keep_warm", False)
+            # tiny data, as in every in-process run of the suite (tests/conftest.py)
+            target.setdefault("server_side_parameters", dict(SMALL_DATA_SETTINGS))
         created = cls(root, target)
         created.write_profile()
         return created
