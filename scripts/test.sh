@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 WORKERS="${STREAMSQL_TEST_WORKERS:-2}"
+.venv/bin/python scripts/warm_jars.py
 if [ "$WORKERS" != "0" ]; then
-  .venv/bin/python scripts/warm_jars.py
   exec .venv/bin/python -m pytest -p no:cacheprovider -n "$WORKERS" --dist loadfile "$@"
 fi
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

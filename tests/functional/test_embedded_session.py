@@ -59,3 +59,30 @@ def test_unresolvable_delta_jars_are_explained(tmp_path):
     log = project.root / "warehouse" / "logs" / "spark.log"
     assert f"The end of its output ({log})" in result.stdout
     assert "no-such-artifact" in log.read_text()
+
+
+def test_the_jvm_maps_javas_class_archive_or_writes_it(small_spark, warehouse_dir):
+    """The test run's JVM (started as a `dbt run`'s is) maps the class archive that
+    scripts/warm_jars.py wrote, or, where none was written yet, writes it at its exit."""
+    from pyspark import SparkContext
+
+    from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, class_archive_file
+    from tests.conftest import SMALL_DATA_SETTINGS
+
+    jvm = SparkContext._gateway.proc.pid
+    with open(f"/proc/{jvm}/cmdline", "rb") as handle:
+        arguments = handle.read().decode().split("\0")
+    archive = class_archive_file(
+        SessionSettings(warehouse_dir, "local[2]", SMALL_DATA_SETTINGS, 600)
+    )
+    assert archive is not None  # on unless STREAMSQL_CLASS_ARCHIVE=off
+    mapped = [a.split("=", 1)[1] for a in arguments if a.startswith("-XX:SharedArchiveFile=")]
+    writing = [a.split("=", 1)[1] for a in arguments if a.startswith("-XX:ArchiveClassesAtExit=")]
+    assert len(mapped) + len(writing) == 1, arguments
+    if mapped:
+        assert mapped == [archive]
+        with open(f"/proc/{jvm}/maps") as maps:  # the JVM accepted it: its pages are mapped
+            assert any(line.endswith(archive) for line in maps.read().splitlines())
+    else:
+        assert writing[0].startswith(archive[: -len(".jsa")] + ".")
+        assert writing[0].endswith(".partial")

@@ -18,7 +18,7 @@ from typing import Any, List, Tuple
 
 import pytest
 
-from dbt.adapters.streamsql.spark import log_store
+from dbt.adapters.streamsql.spark import class_archive, log_store
 from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, get_spark_session
 
 pytestmark = pytest.mark.functional
@@ -202,8 +202,9 @@ session.stop()
 
 def test_a_first_start_remembers_deltas_jars_beside_the_store(tmp_path):
     """A start with nothing cached asks Ivy for Delta's jars with the store's jar already in
-    spark.jars, and lists Ivy's jars (not the store's) so that later starts skip Ivy. A process
-    of its own: the cache folder is read when a JVM starts."""
+    spark.jars, and lists Ivy's jars (not the store's) so that later starts skip Ivy; it also
+    writes Java's class archive. A process of its own: the cache folder is read when a JVM
+    starts."""
     done = subprocess.run(
         [sys.executable, "-c", FIRST_START, str(tmp_path / "warehouse")],
         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
@@ -221,3 +222,8 @@ def test_a_first_start_remembers_deltas_jars_beside_the_store(tmp_path):
     assert os.path.isfile(
         os.path.join(tmp_path / "cache", "dbt-streamsql", os.path.basename(log_store.jar_path()))
     ), "the store was compiled into the new cache folder too"
+    # and its JVM wrote Java's class archive as it exited, which the process waited for
+    folder = tmp_path / "cache" / "dbt-streamsql" / "class-archive"
+    written = sorted(path.name for path in folder.iterdir() if not path.name.endswith(".lock"))
+    assert len(written) == 1 and written[0].endswith(".jsa"), written
+    assert class_archive.is_complete(str(folder / written[0]))

@@ -14,6 +14,7 @@ messages) up to `lock_timeout` seconds, then fails with a message that says what
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -22,7 +23,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 from urllib.parse import urlparse
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -30,6 +31,7 @@ from dbt_common.exceptions import DbtRuntimeError
 from filelock import FileLock, Timeout
 
 from dbt.adapters.streamsql import object_store
+from dbt.adapters.streamsql.spark import class_archive as archives
 from dbt.adapters.streamsql.spark.log_store import (
     LOG_STORE_SETTING,
     cache_dir,
@@ -319,27 +321,66 @@ def output_tail(path: str, lines: int = 20) -> str:
         return ""
 
 
-def launch_jvm(master: str, conf: Dict[str, str], log: str) -> None:
+def class_archive_folder() -> str:
+    """Where Java's class archives for Spark's JVM are kept (class_archive.py)."""
+    return os.path.join(cache_dir(), "class-archive")
+
+
+def class_archive_file(settings: SessionSettings) -> Optional[str]:
+    """The class archive a session with these settings maps (None: the archive is off)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return archives.archive_path(
+        class_archive_folder(), settings.spark_conf(), dict(os.environ), _find_spark_home()
+    )
+
+
+def launch_jvm(master: str, conf: Dict[str, str], log: str, class_archive: bool) -> None:
     """Start Spark's JVM with its output (start-up warnings, Ivy's resolution, log lines) in
     `log` rather than on the dbt command's terminal, unless this process has a JVM already.
+    With `class_archive`, the JVM maps Java's class archive, or writes it (class_archive.py).
 
     PySpark starts the JVM when the first SparkContext is created and lets it write to the
     terminal; starting it here first, with the same settings, is PySpark's documented way to
     capture that output (`popen_kwargs`). The SparkContext then attaches to it."""
     from pyspark import SparkConf, SparkContext
+    from pyspark.find_spark_home import _find_spark_home
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return
     os.makedirs(os.path.dirname(log), exist_ok=True)
+    options: List[str] = []
+    writer: Optional[archives.ArchiveWriter] = None
+    if class_archive:
+        options, writer = archives.java_options(
+            class_archive_folder(), conf, dict(os.environ), _find_spark_home()
+        )
     spark_conf = SparkConf(loadDefaults=False).setMaster(master)
     for key, value in conf.items():
         spark_conf.set(key, value)
+    if options:
+        java_options = conf.get("spark.driver.extraJavaOptions", "")
+        spark_conf.set("spark.driver.extraJavaOptions", " ".join([java_options, *options]).strip())
     with open(log, "ab") as output:  # the JVM keeps its own handle
         gateway = launch_gateway(
             spark_conf, popen_kwargs={"stdout": output, "stderr": subprocess.STDOUT}
         )
     SparkContext._ensure_initialized(gateway=gateway)
+    if writer is not None:
+        logger.info(
+            "This Spark start writes Java's class archive when the run ends (once per Java and "
+            "Spark version; it makes later starts cheaper: docs/deployment.md)"
+        )
+        atexit.register(_finish_class_archive, writer, gateway.proc)
+
+
+def _finish_class_archive(writer: archives.ArchiveWriter, jvm: Any) -> None:
+    said = writer.finish(jvm)
+    try:
+        logger.info(said)
+    except Exception:  # dbt's logging may be gone at exit
+        pass
 
 
 def _start_session(settings: SessionSettings) -> Any:
@@ -362,7 +403,9 @@ def _start_session(settings: SessionSettings) -> Any:
         f"its output: {log})"
     )
     try:
-        launch_jvm(settings.master, conf, log)
+        # a profile's own JVM options replace the adapter's, the class archive's too
+        own_options = "spark.driver.extraJavaOptions" in settings.server_side_parameters
+        launch_jvm(settings.master, conf, log, class_archive=not own_options)
         session = builder.getOrCreate()
     except Exception as exc:  # the JVM failed to start: explain the two usual causes
         raise DbtRuntimeError(
