@@ -295,7 +295,7 @@ def warm_phase(args: Any, work: Path) -> Dict[str, Any]:
     for number in range(args.floor_runs):
         wall, nodes = dbt.run(names)
         skipped = [
-            n for n in nodes.values() if "inputs unchanged" in str(n.adapter.get("_message"))
+            n for n in nodes.values() if "inputs unchanged" in str(n.adapter.get("step_line"))
         ]
         floors.append(nodes)
         floor_walls.append(wall)

@@ -139,14 +139,14 @@ def main(argv: Any = None) -> int:
             _, nodes = dbt.run(views)
             for name in QUERIES:
                 node = nodes[f"{name}_view"]
-                recovered = "recovered" in str(node.adapter.get("_message", ""))
+                recovered = "recovered" in str(node.adapter.get("step_line", ""))
                 if recovered != (kind == "recovery"):
                     raise RuntimeError(
-                        f"{name}_view: expected a {kind} step, got: {node.adapter.get('_message')}"
+                        f"{name}_view: expected a {kind} step, got: {node.adapter.get('step_line')}"
                     )
                 times[name][kind].append(node.execution_time)
                 if number == 0:
-                    notes.append(f"{name}_view, {kind}: {node.adapter.get('_message')}")
+                    notes.append(f"{name}_view, {kind}: {node.adapter.get('step_line')}")
             _, rebuilt = dbt.run(twins)
             for name in QUERIES:
                 times[name]["rebuild"].append(rebuilt[f"{name}_rebuild"].execution_time)

@@ -4,12 +4,14 @@ step cannot read, a changed model SQL, configuration in YAML, and insert-only st
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture, write_file
 
 from dbt.adapters.streamsql.planning import global_top_k
+from dbt.adapters.streamsql.progress import PROGRESS_ENV
 from tests.over_connect import OverConnect
 
 SOURCES_YML = """
@@ -91,13 +93,22 @@ class TestStepReport:
         # an update (pre- and post-image) and a delete: 3 changes read
         project.run_sql(f"update {src} set v = 11 where id = 1")
         project.run_sql(f"delete from {src} where id = 2")
-        results, log = run_dbt_and_capture(["run"])
+        with pytest.MonkeyPatch.context() as patch:  # a progress line every 0.2 s of a step
+            patch.setenv(PROGRESS_ENV, "0.2")
+            results, log = run_dbt_and_capture(["run"])
+        # each step takes longer than 0.2 s: it said what it was doing as it ran
+        progress = re.findall(r"positive: step running for \d+ s, statement \d+: .+", log)
+        assert progress, log
         second = by_name(results, "positive").adapter_response
         assert second["step"] == 2
         assert (second["changes_read"], second["inserted"], second["deleted"]) == (3, 1, 2)
         assert second["applied"] == 3
-        assert "positive: step 2: read 3 changes, applied 3 (+1 -2)" in log
-        assert second["_message"].startswith("positive: step 2: read 3 changes")
+        # the step line once, in the log; dbt's result line shows the short status
+        assert log.count("positive: step 2: read 3 changes, applied 3 (+1 -2)") == 1, log
+        assert second["step_line"].startswith("positive: step 2: read 3 changes")
+        assert second["_message"] == "+1 -2"
+        ok_line = r"OK created sql incremental_view model \S+\.positive .*\[(\x1b\[32m)?\+1 -2\b"
+        assert re.search(ok_line, log), log
         assert rows(project, f"{project.test_schema}.positive") == Counter({(1, 1, 11): 1})
         totals = by_name(results, "totals").adapter_response
         # group 1 goes from (1, 2, 30) to (1, 1, 11): one row deleted, one inserted
@@ -119,7 +130,8 @@ class TestStepReport:
             response = by_name(results, name).adapter_response
             assert response["step"] == 2, response
             assert (response["changes_read"], response["applied"]) == (0, 0), response
-            assert "inputs unchanged, nothing to do" in response["_message"]
+            assert response["_message"] == "unchanged", response
+            assert "inputs unchanged, nothing to do" in response["step_line"]
             assert f"{name}: step 2: inputs unchanged, nothing to do" in log
             assert (
                 latest_version(project, f"{project.test_schema}.{name}"),
@@ -641,7 +653,7 @@ class TestViewInputs:
         # a run with no change in the view's table is not a step
         for result in run_dbt(["run"]):
             if result.node.name.startswith("over_"):
-                assert "inputs unchanged" in result.adapter_response["_message"]
+                assert result.adapter_response["_message"] == "unchanged"
 
 
 class TestStepReportOverConnect(OverConnect, TestStepReport):

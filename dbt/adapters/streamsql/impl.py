@@ -34,6 +34,7 @@ from dbt.adapters.streamsql.execution.shared import configs
 from dbt.adapters.streamsql.planning.binding import pinned_text
 from dbt.adapters.streamsql.planning.errors import PlanningError, RecomputeRequired
 from dbt.adapters.streamsql.planning.types import comparable
+from dbt.adapters.streamsql.progress import StepProgress
 
 logger = AdapterLogger("StreamSQL")
 
@@ -61,6 +62,9 @@ StreamSQLConfig = make_dataclass(
 class StepResponse(AdapterResponse):
     """What one incremental_view step did; lands in run_results.json's adapter_response."""
 
+    # `_message`, what dbt's result line shows, is the short status (StepResult.status); the
+    # step line, also logged, is `step_line`
+    step_line: str = ""
     step: int = 0
     plan: str = ""
     reason: str = ""
@@ -131,9 +135,11 @@ def write_statements(
 
 def step_response(result: StepResult) -> StepResponse:
     """The step's log line, logged, and its numbers as run_results.json's adapter response."""
-    logger.info(result.log_line())
+    line = result.log_line()
+    logger.info(line)
     return StepResponse(
-        _message=result.log_line(),
+        _message=result.status(),
+        step_line=line,
         rows_affected=result.applied,
         step=result.step,
         plan=result.plan,
@@ -210,13 +216,14 @@ class StreamSQLAdapter(SparkAdapter):
         try:
             with errors_as_dbt_errors():
                 model = model_settings(relation, config, bool(full_refresh))
-                result = run_step(
-                    session,
-                    model,
-                    compiled_sql,
-                    log=logger.info,
-                    side_sql=self._side_table_sql(side_table_macros),
-                )
+                with StepProgress(model.name, session.trace, logger.info):
+                    result = run_step(
+                        session,
+                        model,
+                        compiled_sql,
+                        log=logger.info,
+                        side_sql=self._side_table_sql(side_table_macros),
+                    )
         except Exception as error:
             message = getattr(error, "msg", None) or str(error)  # dbt's errors: without a title
             lines = str(message).strip().splitlines() or [type(error).__name__]

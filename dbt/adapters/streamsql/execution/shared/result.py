@@ -55,6 +55,21 @@ class StepResult:
             + "".join(f"; {note}" for note in self.notes)
         )
 
+    def status(self) -> str:
+        """The short status in dbt's result line, `[<status> in 1.23s]`: the rows inserted and
+        deleted, then what else happened (late, held, a recompute, a recovery)."""
+        if self.skipped:
+            return "unchanged"
+        said = [f"+{self.inserted} -{self.deleted}"]
+        said += [f"{n} {what}" for n, what in ((self.late, "late"), (self.held, "held")) if n]
+        if any(note.startswith("recovered") for note in self.notes):
+            said.append("recovered")
+        elif self.computed == "recompute" and self.plan != "recompute":
+            said.append("recomputed")
+        if self.plan == "flush":
+            said.append("flushed")
+        return ", ".join(said)
+
 
 def human_size(size: float) -> str:
     """A byte count as the step line shows it: 812 B, 3.4 MiB."""
