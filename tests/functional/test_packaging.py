@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -97,11 +98,15 @@ def test_a_wheel_in_a_fresh_virtualenv_runs_steps_in_a_project_made_by_dbt_init(
     installed = run(
         # without compiling every installed module ahead (pyspark's thousands): what dbt
         # imports is compiled when first imported
-        [bin_dir / "python", "-m", "pip", "install", "-q", "--no-compile", wheel],
+        [bin_dir / "python", "-m", "pip", "install", "--no-compile", wheel],
         tmp_path,
         dict(os.environ),
     )
     assert installed.returncode == 0, installed.stderr[-3000:]
+    # pip fetched one pyspark, the pinned one (dbt-spark[session] once made it fetch a newer
+    # one first, 450 MB more, and throw it away)
+    fetched = set(re.findall(r"\bpyspark-(\d+\.\d+\.\d+)", installed.stdout))
+    assert fetched == {"4.2.0"}, installed.stdout[-3000:]
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
     env.update(
