@@ -219,3 +219,25 @@ def test_a_compaction_that_drops_final_groups_keeps_the_boundary_and_null_groups
             "_streamsql_latest._streamsql_count > 0"
         )[1]
     )
+
+
+def test_a_lateness_column_named_with_quotes_and_backslashes_stays_one_literal():
+    """The column's name becomes data (`_streamsql_column`, `column_name`): Spark must read
+    each literal back as the name, not end it early or take a backslash as an escape."""
+    from dbt.adapters.streamsql.planning.dialect import string_literal
+    from dbt.adapters.streamsql.planning.plan import DIALECT
+
+    name = "it's\\d"
+    columns = [Column(name, "timestamp"), Column("v", "bigint")]
+    rules = late.lateness_rules("m", columns, {name: "INTERVAL 1 HOUR"}, {})
+    waterline = {name: "2020-01-01 00:00:00"}
+    literal = string_literal(name)
+    assert literal == "'it\\'s\\\\d'"
+    assert sqlglot.parse_one(f"SELECT {literal}", read=DIALECT).selects[0].this == name
+    for statement in (
+        late.classify("n", columns, rules, waterline),
+        late.quarantine_rows("c", columns, 2, waterline),
+        late.waterline_rows(2, rules, waterline, {name: "2020-01-01 01:00:00"}),
+    ):
+        assert literal in statement
+        sqlglot.parse_one(f"SELECT * FROM ({statement})", read=DIALECT)

@@ -27,6 +27,12 @@ from sqlglot.tokenizer_core import TokenizerCore
 from sqlglot.tokens import Token, TokenType
 
 
+def string_literal(text: str) -> str:
+    """`text` as a Spark SQL string literal that Spark reads back as `text`: a backslash escapes
+    the next character in Spark's literals, so backslashes are escaped as well as quotes."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 class _SparkTokenizerCore(TokenizerCore):
     __slots__ = ()
 

@@ -50,6 +50,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from sqlglot import exp
 
+from dbt.adapters.streamsql.planning.dialect import string_literal
 from dbt.adapters.streamsql.planning.errors import RecomputeRequired
 from dbt.adapters.streamsql.planning.plan import (
     DIALECT,
@@ -349,7 +350,7 @@ def literal(column: Column, text: Optional[str]) -> str:
     data_type = column.data_type
     if text is None:
         return f"CAST(NULL AS {data_type})"
-    quoted = "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    quoted = string_literal(text)
     if data_type.replace(" ", "").lower() == "timestamp":
         return f"timestamp_micros(CAST({quoted} AS BIGINT))"
     return f"CAST({quoted} AS {data_type})"

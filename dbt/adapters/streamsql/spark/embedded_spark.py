@@ -370,7 +370,7 @@ def launch_jvm(master: str, conf: Dict[str, str], log: str, class_archive: bool)
     if writer is not None:
         logger.info(
             "This Spark start writes Java's class archive when the run ends (once per Java and "
-            "Spark version; it makes later starts cheaper: docs/deployment.md)"
+            "Spark version; it makes later starts cheaper: docs/configuration.md)"
         )
         atexit.register(_finish_class_archive, writer, gateway.proc)
 

@@ -23,6 +23,7 @@ from sqlglot import exp
 from dbt.adapters.streamsql.execution.engine.statements import column_list, quote
 from dbt.adapters.streamsql.execution.shared.intervals import KEEP_FOREVER
 from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
+from dbt.adapters.streamsql.planning.dialect import string_literal
 from dbt.adapters.streamsql.planning.plan import DIALECT, WEIGHT, Column
 
 LATE_COLUMN = "_streamsql_column"
@@ -225,7 +226,7 @@ def classify(
             f"SELECT *, CAST(NULL AS STRING) AS {LATE_COLUMN}, "
             f"CAST(NULL AS STRING) AS {REASON} FROM {net_view}"
         )
-    column_case = " ".join(f"WHEN {cond} THEN '{name}'" for cond, name, _ in cases)
+    column_case = " ".join(f"WHEN {cond} THEN {string_literal(name)}" for cond, name, _ in cases)
     reason_case = " ".join(f"WHEN {cond} THEN '{reason}'" for cond, _, reason in cases)
     return (
         f"SELECT {column_list(columns)}, {WEIGHT}, CASE {column_case} END AS {LATE_COLUMN}, "
@@ -328,7 +329,10 @@ def quarantine_rows(
     known = [(name, value) for name, value in waterline.items() if value is not None]
     waterline_case = (
         "CASE "
-        + " ".join(f"WHEN {LATE_COLUMN} = '{name}' THEN '{value}'" for name, value in known)
+        + " ".join(
+            f"WHEN {LATE_COLUMN} = {string_literal(name)} THEN {string_literal(value)}"
+            for name, value in known
+        )
         + " END"
         if known
         else "CAST(NULL AS STRING)"
@@ -354,11 +358,12 @@ def waterline_rows(
     for rule in rules:
         name = rule.column.name
         rows.append(
-            f"(CAST({step} AS BIGINT), '{name}', {_string_or_null(values.get(name))}, "
-            f"{_string_or_null(max_seen.get(name))}, current_timestamp())"
+            f"(CAST({step} AS BIGINT), {string_literal(name)}, "
+            f"{_string_or_null(values.get(name))}, {_string_or_null(max_seen.get(name))}, "
+            "current_timestamp())"
         )
     return f"VALUES {', '.join(rows)}"
 
 
 def _string_or_null(value: Optional[str]) -> str:
-    return "CAST(NULL AS STRING)" if value is None else "'" + value.replace("'", "''") + "'"
+    return "CAST(NULL AS STRING)" if value is None else string_literal(value)

@@ -26,6 +26,7 @@ from dbt.adapters.streamsql.execution.event_time.lateness import (
     constant_expression,
     find_column,
 )
+from dbt.adapters.streamsql.planning.dialect import string_literal
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
 
 HELD_STEP = "_streamsql_held_step"
@@ -46,7 +47,7 @@ class WatermarkRule:
     delay: str  # a constant Spark SQL expression
 
     def literal(self, value: str) -> str:
-        return f"CAST('{value}' AS {self.column.data_type})"
+        return f"CAST({string_literal(value)} AS {self.column.data_type})"
 
 
 def watermark_rules(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from dbt.adapters.streamsql.planning.dialect import string_literal
 from dbt.adapters.streamsql.planning.plan import Column
 
 
@@ -21,7 +22,7 @@ class LatenessRule:
 
     def literal(self, value: str) -> str:
         """A stored waterline (a string) as a value of the column's type."""
-        return f"CAST('{value}' AS {self.column.data_type})"
+        return f"CAST({string_literal(value)} AS {self.column.data_type})"
 
     @property
     def state_kept(self) -> Optional[str]:
