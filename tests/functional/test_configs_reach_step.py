@@ -340,5 +340,5 @@ class TestConfigsReachTheStep:
         every model ran `auto` (here: a linear plan, `select ... where` being a projection)."""
         response = by_name(steps[0], name("wm", route)).adapter_response
         assert (response["plan"], response["computed"]) == ("recompute", "recompute"), response
-        line = response["_message"]  # the step line
+        line = response["step_line"]
         assert "; recompute (recompute: strategy: recompute (the model's config)); " in line, line

@@ -459,7 +459,7 @@ class TestSmallModelRewrite:
 
         totals = by_name(results, "totals").adapter_response
         assert totals["write"] == "rewrite" and totals["deleted"] == 1, totals
-        assert "the model written whole (small)" in totals["_message"], totals
+        assert "the model written whole (small)" in totals["step_line"], totals
         commit = self.last_commit(project, "totals")
         assert commit["operation"] == "WRITE", commit
         assert commit["operationParameters"]["mode"] == "Overwrite", commit
