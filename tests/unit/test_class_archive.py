@@ -71,12 +71,12 @@ def test_no_archive_yet_the_jvm_writes_one_and_others_meanwhile_run_without(mach
     writer.lock.release()
 
 
-def test_an_existing_archive_is_mapped(machine):
+def test_an_existing_archive_is_mapped_and_marked_used(machine):
     archive = archive_of(machine)
     os.makedirs(machine["folder"])
-    with open(archive, "wb") as handle:
-        handle.write(MAGIC + b"\0" * 16)
+    write_partial(archive, complete=True, age_s=3600)
     assert options(machine) == ([f"-XX:SharedArchiveFile={archive}"], None)
+    assert time.time() - os.stat(archive).st_mtime < 60  # prune keeps the archives in use
 
 
 def test_the_off_switch_and_a_machine_without_java(machine):

@@ -125,8 +125,16 @@ def discard(path: str) -> None:
         pass
 
 
+def used(archive: str) -> None:
+    """Mark the archive as just used (its modification time), so that `prune` keeps it."""
+    try:
+        os.utime(archive)
+    except OSError:  # a read-only cache: the archive is still mapped
+        pass
+
+
 def prune(folder: str, keep: str) -> None:
-    """Delete all but the newest ARCHIVES_KEPT archives besides `keep`."""
+    """Delete all but the ARCHIVES_KEPT most recently used archives besides `keep`."""
     others = [p for p in glob.glob(os.path.join(folder, "*" + ARCHIVE_SUFFIX)) if p != keep]
     others.sort(key=lambda p: os.stat(p).st_mtime, reverse=True)
     for stale in others[ARCHIVES_KEPT:]:
@@ -174,6 +182,7 @@ def java_options(
         return [], None
     key = os.path.basename(archive)[: -len(ARCHIVE_SUFFIX)]
     if os.path.exists(archive):
+        used(archive)
         return [f"-XX:SharedArchiveFile={archive}"], None
     try:
         os.makedirs(folder, exist_ok=True)
