@@ -365,6 +365,12 @@ class Demo:
         fig.savefig(self.chart, dpi=100)
         plt.close(fig)
 
+    def print_lateness(self) -> None:
+        """What share of stg_purchases's changes each LATENESS would have accepted."""
+        print("\nHow late stg_purchases's changes arrived (streamsql_lateness_report):")
+        sys.stdout.flush()
+        self.dbt("run-operation", "streamsql_lateness_report", "--args", "{model: stg_purchases}")
+
     def print_next(self) -> None:
         schema = "demo"
         shows = [
@@ -401,6 +407,7 @@ Chart of waterlines and late rows per step: {self.chart}""")
         for n in range(1, self.args.steps + 1):
             self.print_row(self.step(n))
         self.print_models()
+        self.print_lateness()
         self.chart_png()
         passed = sum(r["tests_passed"] for r in self.rows)
         total = sum(r["tests_total"] for r in self.rows)

@@ -7,6 +7,7 @@ own, so it does not touch the session the other functional tests share), stopped
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,9 @@ def test_demo_runs_steps_with_every_dbt_test_passing(tmp_path):
     assert chart.exists() and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "stg_purchases__late" in completed.stdout
     assert "stg_purchases__waterline" in completed.stdout
+    # after its last step, how late stg_purchases's changes arrived, per rung of LATENESS
+    assert "date_time (LATENESS INTERVAL 1 HOUR): " in completed.stdout, output
+    assert re.search(r"\n\s*1 hour\s+\d+\.\d\d%\s+\(", completed.stdout), output
     # the shipments source keeps an hour of removed files: the retention guard says so
     assert (
         "shipments keeps 1 hour of history (delta.deletedFileRetentionDuration)" in completed.stdout

@@ -1,9 +1,13 @@
 """LATENESS (docs/lateness-and-watermark.md) on real Spark + Delta: seed 001's reference example
 and friends."""
 
+import json
+import re
+
 import pytest
 from dbt.tests.util import run_dbt
 
+from dbt.adapters.streamsql.execution.event_time.lateness import BEHIND_LADDERS
 from tests.over_connect import OverConnect
 
 SEED_001_ROWS = [
@@ -46,7 +50,7 @@ class LatenessProject:
 
 
 class TestSeed001AsFiveSteps(LatenessProject):
-    def test_fifth_row_is_quarantined(self, project, source):
+    def test_fifth_row_is_quarantined(self, project, source, capsys):
         responses = []
         for row in SEED_001_ROWS:
             _insert(project, source, [row])
@@ -76,6 +80,35 @@ class TestSeed001AsFiveSteps(LatenessProject):
             (5, "ts", "2020-01-01 01:00:00", "2020-01-01 02:00:00"),
         ]
         assert responses[-1]["waterline"] == {"ts": "2020-01-01 01:00:00"}
+        self.check_lateness_counts(project, capsys)
+
+    def check_lateness_counts(self, project, capsys):
+        """How far behind the largest value seen before its step each row arrived: step 2's
+        01:00 and step 4's 02:00 ahead of it (at most 0 s), step 3's 00:10 50 minutes behind,
+        step 5's 00:20 100 minutes behind, the one a LATENESS of 1 hour set aside."""
+        ladder = list(BEHIND_LADDERS["seconds"])
+        counted = {
+            step: behind
+            for step, behind in _rows(
+                project,
+                f"select step, behind from {project.test_schema}.pickups__waterline",
+            )
+        }
+        assert counted[1] is None  # nothing seen before the first step
+        bands = {2: 0, 3: ladder.index(3600), 4: 0, 5: ladder.index(7200)}
+        for step, band in bands.items():
+            behind = json.loads(counted[step])
+            assert behind["unit"] == "seconds" and behind["le"] == ladder, behind
+            expected = [0] * (len(ladder) + 1)
+            expected[band] = 1
+            assert behind["counts"] == expected, (step, behind)
+        capsys.readouterr()
+        run_dbt(["run-operation", "streamsql_lateness_report", "--args", "{model: pickups}"])
+        out = capsys.readouterr().out
+        assert "ts (LATENESS INTERVAL 1 HOUR): 4 changes over steps 2-5" in out, out
+        assert re.search(r"\n\s*30 min\s+50\.00%\s+\(2 changes\)", out), out
+        assert re.search(r"\n\s*1 hour\s+75\.00%\s+\(3 changes\)", out), out
+        assert re.search(r"\n\s*2 hours\s+100\.00%\s+\(4 changes\)", out), out
 
 
 class TestSeed001AsOneStep(LatenessProject):

@@ -241,3 +241,40 @@ def test_a_lateness_column_named_with_quotes_and_backslashes_stays_one_literal()
     ):
         assert literal in statement
         sqlglot.parse_one(f"SELECT * FROM ({statement})", read=DIALECT)
+
+
+def test_each_step_counts_how_far_behind_the_largest_value_seen_its_changes_arrived():
+    rules = late.lateness_rules("m", COLS, {"ts": "INTERVAL 1 HOUR", "seq": "1000"}, {})
+    first = late.waterline_query("c", rules, {}, {})
+    assert "CAST(NULL AS STRING) AS b_0" in first and "CAST(NULL AS STRING) AS b_1" in first
+    later = late.waterline_query("c", rules, {}, {"ts": "2020-01-01 01:00:00", "seq": "5000"})
+    sqlglot.parse_one(later, read="spark")
+    ts_rule = next(r for r in rules if r.column.name == "ts")
+    seconds = late.behind(ts_rule, "2020-01-01 01:00:00")
+    assert seconds == (
+        "(unix_micros(CAST(CAST('2020-01-01 01:00:00' AS timestamp) AS TIMESTAMP)) - "
+        "unix_micros(CAST(`ts` AS TIMESTAMP))) / 1000000.0"
+    )
+    ladder = late.BEHIND_LADDERS["seconds"]
+    # one band per rung, then one beyond the last: every change counted exactly once
+    assert later.count(f"{seconds} <= ") == len(ladder)
+    assert f"{seconds} > {ladder[-1]})" in later
+    assert f"`ts` IS NOT NULL AND {seconds} <= 0)" in later
+    seq_rule = next(r for r in rules if r.column.name == "seq")
+    assert late.behind(seq_rule, "5000") == "(CAST('5000' AS bigint) - `seq`)"
+    assert late.behind_unit("date") == "days" and late.behind_unit("timestamp_ntz") == "seconds"
+
+
+def test_the_counts_go_to_the_waterline_row_as_json_with_their_ladder():
+    import json
+
+    rules = late.lateness_rules("m", COLS, {"ts": "INTERVAL 1 HOUR"}, {})
+    counts = [3] + [0] * len(late.BEHIND_LADDERS["seconds"])
+    rows = late.waterline_rows(4, rules, {"ts": "w"}, {"ts": "m"}, {"ts": counts})
+    behind = rows.rsplit("current_timestamp(), ", 1)[1][:-1]
+    text = sqlglot.parse_one(f"SELECT {behind}", read="spark").selects[0].this
+    assert json.loads(text) == {
+        "unit": "seconds",
+        "le": list(late.BEHIND_LADDERS["seconds"]),
+        "counts": counts,
+    }

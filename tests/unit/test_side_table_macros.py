@@ -173,7 +173,7 @@ def test_overriding_side_table_ddl_changes_all_three_tables():
         "_streamsql_column, _streamsql_waterline, _streamsql_reason, _streamsql_at)",
         "CREATE TABLE `demo`.`m__pending` (id, ts, odd`name, _streamsql_weight, "
         "_streamsql_held_step, _streamsql_released_step, _streamsql_held_id)",
-        "CREATE TABLE `demo`.`m__waterline` (step, column_name, waterline, max_seen, at)",
+        "CREATE TABLE `demo`.`m__waterline` (step, column_name, waterline, max_seen, at, behind)",
     ]
 
 
@@ -184,7 +184,7 @@ def test_the_default_writes_are_the_statements_the_step_sends():
         "demo", "m__waterline", late.WATERLINE_COLUMNS, rows
     ) == (
         "INSERT INTO `demo`.`m__waterline` VALUES (CAST(3 AS BIGINT), 'ts', "
-        "'2020-01-01 00:00:00', CAST(NULL AS STRING), current_timestamp())"
+        "'2020-01-01 00:00:00', CAST(NULL AS STRING), current_timestamp(), CAST(NULL AS STRING))"
     )
     quarantined = late.quarantine_rows("c", COLS, 3, {})
     appended = statements().append_late_rows(

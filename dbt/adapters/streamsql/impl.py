@@ -274,6 +274,32 @@ class StreamSQLAdapter(SparkAdapter):
             return explain_model(AdapterSqlSession(self), model, compiled_sql)
 
     @available
+    def streamsql_lateness_report(self, relation: BaseRelation, config: Any, steps: int) -> str:
+        """What share of its changes each LATENESS would have accepted, over the model's last
+        `steps` steps (`streamsql_lateness_report`, execution/lateness_report.py)."""
+        from dbt.adapters.streamsql.execution import lateness_report
+
+        with errors_as_dbt_errors():
+            model = model_settings(relation, dict(config or {}), full_refresh=False)
+            if not model.lateness:
+                raise StepError(
+                    f"streamsql_lateness_report: model {model.name} has no `lateness` config, "
+                    "so its steps count nothing of how late changes arrive. Give it one (for "
+                    "example lateness: {ts: 'INTERVAL 1 DAY'}) and run a few steps."
+                )
+            if int(steps) < 1:
+                raise StepError(
+                    f"streamsql_lateness_report: steps is {steps}; pass a number of steps of "
+                    f"{model.name} to count, 1 or more (the default is 20)."
+                )
+            table = model.waterline_table
+            rows = AdapterSqlSession(self).query(
+                f"SELECT * FROM {table} WHERE step > "
+                f"(SELECT COALESCE(MAX(step), 0) - {int(steps)} FROM {table})"
+            )
+            return lateness_report.report(model.name, table, model.lateness, rows, int(steps))
+
+    @available
     def streamsql_completed_steps(self, relation: BaseRelation, count: int) -> List[Dict[str, Any]]:
         """The step records of the incremental view `relation`, newest first, from its last
         completed step on (`history.completed_steps`: a step whose side-table writes have not

@@ -158,7 +158,9 @@ def write_side_tables(
         ctx.checkpoint("before_quarantine")
         write = writes.quarantine
         if WATERLINE in wanted:
-            rows = late.waterline_rows(record.step, write.rules, record.waterline, record.max_seen)
+            rows = late.waterline_rows(
+                record.step, write.rules, record.waterline, record.max_seen, record.behind
+            )
             with_side_record(
                 ctx,
                 record,

@@ -79,6 +79,10 @@ class StepRecord:
     state_tables: List[str] = field(default_factory=list)
     waterline: Dict[str, Optional[str]] = field(default_factory=dict)
     max_seen: Dict[str, Optional[str]] = field(default_factory=dict)
+    # Per lateness column, this step's changes counted by how far behind the previous step's
+    # max_seen they arrived (lateness.behind_counts), for `__waterline.behind`. Only the step
+    # that counts them keeps them (not carried by `next`).
+    behind: Dict[str, List[int]] = field(default_factory=dict)
     watermark_seen: Dict[str, Optional[str]] = field(default_factory=dict)
     # The plan's kind and reason, so that a run with nothing to do can say them without
     # planning ("" in records written before they were kept).

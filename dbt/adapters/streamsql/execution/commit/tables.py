@@ -94,7 +94,7 @@ def prepare_target(
             raise StepError(changed)
         require_state_tables(ctx, plan, last)
         # LATENESS or WATERMARK may have been added to the config since the last step.
-        create_event_time_tables(ctx, output_columns, rules, replace=False)
+        create_event_time_tables(ctx, output_columns, rules, replace=False, last=last)
         return last
     # Step 0: empty tables; the first step then reads every input in full.
     create_event_time_tables(ctx, output_columns, rules, replace=True)
@@ -141,10 +141,16 @@ def prepare_target(
 
 
 def create_event_time_tables(
-    ctx: StepContext, output_columns: Sequence[Column], rules: "EventTimeRules", replace: bool
+    ctx: StepContext,
+    output_columns: Sequence[Column],
+    rules: "EventTimeRules",
+    replace: bool,
+    last: Optional[StepRecord] = None,
 ) -> None:
     """`__late` and `__waterline` for LATENESS, `__pending` for WATERMARK: their columns decided
-    here, their CREATE statements made by the package's macros (side_tables.py)."""
+    here, their CREATE statements made by the package's macros (side_tables.py). `last`: the
+    step record the step continues from (an existing `__waterline` that lacks a column an
+    earlier version did not write gets it, looked for until a step has written it)."""
     model = ctx.model
     tables = []
     if rules.lateness:
@@ -180,6 +186,8 @@ def create_event_time_tables(
         if storage and created:
             with ctx.role(f"the model's storage properties on {model.table(suffix)}"):
                 ctx.session.run(sql.set_properties(model.table(suffix), storage))
+    if not replace:
+        add_waterline_behind(ctx, rules, last)
     pending = model.table_name("__pending")
     if (
         rules.watermark
@@ -192,6 +200,26 @@ def create_event_time_tables(
         with ctx.role(f"give the rows of {model.pending_table} ids"):
             for statement in wm.ids_missing(model.pending_table):
                 ctx.session.run(statement)
+
+
+def add_waterline_behind(
+    ctx: StepContext, rules: "EventTimeRules", last: Optional[StepRecord]
+) -> None:
+    """Give a `__waterline` made by an earlier dbt-streamsql its `behind` column (NULL in the
+    rows already there). Looked for only while the record the step continues from (`last`)
+    has seen values but counted none: once a step has counted, its table has the column."""
+    if not rules.lateness or last is None or last.behind or not any(last.max_seen.values()):
+        return
+    model = ctx.model
+    table = model.table_name("__waterline")
+    if late.BEHIND in {c.name for c in ctx.delta_log.snapshot(table).columns}:
+        return
+    ctx.log(
+        f"{model.name}: adding the column {late.BEHIND} to {table} (made by an earlier "
+        "dbt-streamsql)"
+    )
+    with ctx.role(f"add the column {late.BEHIND} to {model.waterline_table}"):
+        ctx.session.run(sql.add_columns(model.waterline_table, [Column(late.BEHIND, "string")]))
 
 
 def describe_views(inputs: Sequence[InputState], stages: Sequence[StagePlan]) -> Dict[str, str]:

@@ -20,6 +20,14 @@ def quote(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
+def add_columns(table: str, columns: Sequence[Column]) -> str:
+    return (
+        f"ALTER TABLE {table} ADD COLUMNS ("
+        + ", ".join(f"{quote(c.name)} {c.data_type}" for c in columns)
+        + ")"
+    )
+
+
 def column_list(columns: Sequence[Column], prefix: str = "") -> str:
     return ", ".join(f"{prefix}{quote(c.name)}" for c in columns)
 

@@ -9,12 +9,20 @@ For a lateness column c with lateness L, a step n:
 - moves the waterline: W(n) = max(W(n-1), max(c over this step's changes that are neither NULL
   nor future) - L). It never decreases and takes effect one step later.
 
+Each step also counts how far behind the largest value seen before it (M(n-1)) its changes
+arrived, d = M(n-1) - c, per rung of a ladder (`BEHIND_LADDERS`: seconds for timestamps, days
+for dates, the column's own units otherwise), and writes the counts to `__waterline.behind`.
+Since W(n-1) = M(n-1) - L for a lateness L held since, a change is late under L exactly when d
+> L, so the counts tell what share of the changes any rung of the ladder would have accepted
+(`streamsql_lateness_report`, lateness_report.py).
+
 Everything here builds SQL; `step.py` runs it. The statements that create and write the
 side tables come from macros (side_tables.py).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import sqlglot
@@ -36,13 +44,26 @@ QUARANTINE_COLUMNS = (
     Column(REASON, "string"),
     Column("_streamsql_at", "timestamp"),
 )
+BEHIND = "behind"
 WATERLINE_COLUMNS = (
     Column("step", "bigint"),
     Column("column_name", "string"),
     Column("waterline", "string"),
     Column("max_seen", "string"),
     Column("at", "timestamp"),
+    # JSON: {"unit", "le": the ladder's rungs, "counts": the changes with d <= each rung and
+    # above the rung before, then those above the last}; NULL on a column's first step
+    Column(BEHIND, "string"),
 )
+# The rungs d is counted at, by the unit of d (`behind_unit`).
+BEHIND_LADDERS: Dict[str, Tuple[int, ...]] = {
+    "seconds": (
+        *(0, 1, 10, 60, 300, 600, 1800, 3600, 7200, 21600, 43200),
+        *(86400, 172800, 604800, 2592000),
+    ),
+    "days": (0, 1, 2, 7, 14, 30, 90, 365),
+    "units": (0, 1, 10, 100, 1000, 10**4, 10**5, 10**6, 10**7, 10**8, 10**9),
+}
 
 
 class LatenessConfigError(Exception):
@@ -289,25 +310,75 @@ def on_time(classified_view: str, columns: Sequence[Column]) -> str:
     return f"SELECT {column_list(columns)}, {WEIGHT} FROM {classified_view} WHERE {REASON} IS NULL"
 
 
+def behind_unit(data_type: str) -> str:
+    """The unit d is counted in for a lateness column of this type (BEHIND_LADDERS)."""
+    kind = data_type.strip().lower()
+    if kind.startswith("timestamp"):
+        return "seconds"
+    return "days" if kind == "date" else "units"
+
+
+def behind(rule: LatenessRule, seen_before: str) -> str:
+    """SQL of d = M(n-1) - c for a row, in `behind_unit`'s unit (M(n-1): `seen_before`)."""
+    col, seen = quote(rule.column.name), rule.literal(seen_before)
+    unit = behind_unit(rule.column.data_type)
+    if unit == "seconds":
+        return (
+            f"(unix_micros(CAST({seen} AS TIMESTAMP)) - unix_micros(CAST({col} AS TIMESTAMP)))"
+            " / 1000000.0"
+        )
+    if unit == "days":
+        return f"datediff({seen}, {col})"
+    return f"({seen} - {col})"
+
+
+def behind_counts(rule: LatenessRule, seen_before: str, counted: str) -> str:
+    """SQL of the JSON array of the changes counted per rung of d (WATERLINE_COLUMNS)."""
+    d = behind(rule, seen_before)
+    rungs = BEHIND_LADDERS[behind_unit(rule.column.data_type)]
+    bands = [f"{d} <= {rungs[0]}"]
+    bands += [f"{d} > {low} AND {d} <= {high}" for low, high in zip(rungs, rungs[1:])]
+    bands.append(f"{d} > {rungs[-1]}")
+    sums = [
+        f"COALESCE(SUM(abs({WEIGHT})) FILTER (WHERE {counted} AND {band}), 0)" for band in bands
+    ]
+    return f"to_json(array({', '.join(sums)}))"
+
+
+def behind_json(rule: LatenessRule, counts: Sequence[int]) -> str:
+    """The `behind` value of a column's `__waterline` row, from `behind_counts`'s counts."""
+    unit = behind_unit(rule.column.data_type)
+    return json.dumps(
+        {"unit": unit, "le": list(BEHIND_LADDERS[unit]), "counts": [int(n) for n in counts]},
+        separators=(",", ":"),
+    )
+
+
 def waterline_query(
     classified_view: str,
     rules: Sequence[LatenessRule],
     waterline: Mapping[str, Optional[str]],
     max_seen: Mapping[str, Optional[str]],
 ) -> str:
-    """One row: for each rule `w_<i>` (the new waterline) and `m_<i>` (the largest value seen
-    so far, this step included), as strings; and `late`, how many rows are set aside."""
+    """One row: for each rule `w_<i>` (the new waterline), `m_<i>` (the largest value seen
+    so far, this step included), as strings, and `b_<i>`, the JSON array of the changes counted
+    per rung of how far behind they arrived (`behind_counts`; NULL before any value was seen);
+    and `late`, how many rows are set aside."""
     parts = [f"COALESCE(SUM(abs({WEIGHT})) FILTER (WHERE {REASON} IS NOT NULL), 0) AS late"]
     for i, rule in enumerate(rules):
         col = quote(rule.column.name)
         counted = f"{col} IS NOT NULL"
         if rule.max_future:
             counted += f" AND NOT ({_future(rule)})"
+        seen_before = max_seen.get(rule.column.name)
+        counts = (
+            behind_counts(rule, seen_before, counted) if seen_before else "CAST(NULL AS STRING)"
+        )
+        parts.append(f"{counts} AS b_{i}")
         seen = f"MAX(CASE WHEN {counted} THEN {col} END)"
         candidate = f"CAST({seen} - ({rule.lateness}) AS {rule.column.data_type})"
         previous = waterline.get(rule.column.name)
         new = f"greatest({rule.literal(previous)}, {candidate})" if previous else candidate
-        seen_before = max_seen.get(rule.column.name)
         largest = f"greatest({rule.literal(seen_before)}, {seen})" if seen_before else seen
         parts.append(f"CAST({new} AS STRING) AS w_{i}, CAST({largest} AS STRING) AS m_{i}")
     return f"SELECT {', '.join(parts)} FROM {classified_view}"
@@ -351,16 +422,20 @@ def waterline_rows(
     rules: Sequence[LatenessRule],
     values: Dict[str, Optional[str]],
     max_seen: Dict[str, Optional[str]],
+    behind_counted: Optional[Mapping[str, Sequence[int]]] = None,
 ) -> str:
     """The rows a step adds to `<model>__waterline` (WATERLINE_COLUMNS), one per rule, as
-    VALUES. (The macro `streamsql_append_waterline_rows` makes the statement that adds them.)"""
+    VALUES; `behind_counted`: per column, `behind_counts`'s counts (none: NULL). (The macro
+    `streamsql_append_waterline_rows` makes the statement that adds them.)"""
     rows = []
     for rule in rules:
         name = rule.column.name
+        counts = (behind_counted or {}).get(name)
         rows.append(
             f"(CAST({step} AS BIGINT), {string_literal(name)}, "
             f"{_string_or_null(values.get(name))}, {_string_or_null(max_seen.get(name))}, "
-            "current_timestamp())"
+            "current_timestamp(), "
+            f"{_string_or_null(behind_json(rule, counts) if counts is not None else None)})"
         )
     return f"VALUES {', '.join(rows)}"
 

@@ -11,6 +11,7 @@ step's `StepWrites` and written by the commit protocol (commit/protocol.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -171,6 +172,9 @@ def apply_lateness(
     for i, rule in enumerate(rules):
         record.waterline[rule.column.name] = row[f"w_{i}"]
         record.max_seen[rule.column.name] = row[f"m_{i}"]
+        counted = row.get(f"b_{i}")  # NULL before any value was seen
+        if counted is not None:
+            record.behind[rule.column.name] = [int(n) for n in json.loads(counted)]
     step.writes.quarantine = QuarantineWrite(classified, columns, rules)
     # A plain view over the materialized `classified`: counted and applied, never recomputed.
     return ctx.views.view(

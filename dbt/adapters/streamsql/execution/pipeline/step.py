@@ -398,6 +398,7 @@ def flush_step(
                     f"Model {model.name}: its step {previous.step} was interrupted; "
                     "run `dbt run` for it to finish that step, then flush."
                 )
+            tables.add_waterline_behind(ctx, rules, previous)  # a table of an earlier version
             record = previous.next(ctx.run_id, dict(previous.input_versions))
             record.flush = True
             step = StepState(

@@ -176,7 +176,7 @@ def apply(ctx: StepContext, change: Optional[SchemaChange], plan: StepPlan) -> N
         for table, name in tables:
             missing = [c for c in change.added if c.name.lower() not in have[name]]
             if missing:
-                ctx.session.run(add_columns(table, missing))
+                ctx.session.run(sql.add_columns(table, missing))
     if change.removed and change.mode == "sync_all_columns":
         ctx.log(
             f"{model.name}: on_schema_change 'sync_all_columns': dropping column(s) "
@@ -282,14 +282,6 @@ def added_by_inputs(commits: Sequence[Commit]) -> List[str]:
             if isinstance(column, dict) and column.get("name"):
                 found.append(str(column["name"]).lower())
     return found
-
-
-def add_columns(table: str, columns: Sequence[Column]) -> str:
-    return (
-        f"ALTER TABLE {table} ADD COLUMNS ("
-        + ", ".join(f"{sql.quote(c.name)} {c.data_type}" for c in columns)
-        + ")"
-    )
 
 
 def drop_columns(table: str, columns: Sequence[Column]) -> str:

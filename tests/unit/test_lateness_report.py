@@ -1,0 +1,63 @@
+"""streamsql_lateness_report's arithmetic: the shares each rung of LATENESS would have kept."""
+
+from __future__ import annotations
+
+import json
+
+from dbt.adapters.streamsql.execution.lateness_report import report, rung_label, summed
+
+LADDER = [0, 1, 10, 60, 300, 600, 1800, 3600]
+
+
+def row(step, counts, column="ts", unit="seconds", rungs=LADDER):
+    behind = json.dumps({"unit": unit, "le": rungs, "counts": counts})
+    return {"step": step, "column_name": column, "behind": behind}
+
+
+def test_rungs_read_as_people_say_them():
+    said = [rung_label(v, "seconds") for v in (0, 1, 10, 60, 300, 3600, 7200, 86400, 172800)]
+    assert said == ["0 s", "1 s", "10 s", "1 min", "5 min", "1 hour", "2 hours", "1 day", "2 days"]
+    assert rung_label(1, "days") == "1 day" and rung_label(7, "days") == "7 days"
+    assert rung_label(10**6, "units") == "1,000,000"
+
+
+def test_counts_sum_over_steps_and_accumulate_over_rungs():
+    rows = [
+        row(3, [5, 1, 0, 2, 0, 0, 0, 1, 1]),
+        row(4, [3, 0, 1, 0, 0, 0, 0, 0, 0]),
+        {"step": 2, "column_name": "ts", "behind": None},  # a first step counts nothing
+    ]
+    (counted,) = summed(rows).values()
+    assert counted.steps == [4, 3] and counted.total == 14
+    assert counted.counts == [8, 1, 1, 2, 0, 0, 0, 1, 1]
+    assert counted.accepted() == [8, 9, 10, 12, 12, 12, 12, 13]  # the last change: beyond 1 hour
+
+
+def test_a_step_with_another_ladder_is_left_out():
+    rows = [row(5, [1, 0, 0, 0, 0, 0, 0, 0, 0]), row(4, [7, 0], unit="units", rungs=[0])]
+    (counted,) = summed(rows).values()
+    assert counted.steps == [5] and counted.total == 1
+
+
+def test_the_report_names_the_column_its_lateness_and_each_share():
+    text = report(
+        "pickups",
+        "`demo`.`pickups__waterline`",
+        {"TS": "INTERVAL 1 HOUR"},
+        [row(3, [5, 1, 0, 2, 0, 0, 0, 1, 1])],
+        20,
+    )
+    lines = text.splitlines()
+    assert (
+        lines[0] == "Lateness of pickups over its last 20 steps, from `demo`.`pickups__waterline`."
+    )
+    assert "ts (LATENESS INTERVAL 1 HOUR): 10 changes over steps 3-3" in text
+    assert "  0 s                50.00%  (5 changes)" in lines
+    assert "  1 min              80.00%  (8 changes)" in lines
+    assert "  1 hour             90.00%  (9 changes)" in lines
+    assert "  more than 1 hour: 1 change" in lines
+
+
+def test_no_counts_yet_says_why():
+    text = report("m", "t", {"ts": "INTERVAL 1 HOUR"}, [], 20)
+    assert "No step has counted how late its changes arrived yet" in text
