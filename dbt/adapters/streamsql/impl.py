@@ -287,7 +287,8 @@ class StreamSQLAdapter(SparkAdapter):
                     "so its steps count nothing of how late changes arrive. Give it one (for "
                     "example lateness: {ts: 'INTERVAL 1 DAY'}) and run a few steps."
                 )
-            if int(steps) < 1:
+            count = int(steps)
+            if count < 1:
                 raise StepError(
                     f"streamsql_lateness_report: steps is {steps}; pass a number of steps of "
                     f"{model.name} to count, 1 or more (the default is 20)."
@@ -295,9 +296,9 @@ class StreamSQLAdapter(SparkAdapter):
             table = model.waterline_table
             rows = AdapterSqlSession(self).query(
                 f"SELECT * FROM {table} WHERE step > "
-                f"(SELECT COALESCE(MAX(step), 0) - {int(steps)} FROM {table})"
+                f"(SELECT COALESCE(MAX(step), 0) - {count} FROM {table})"
             )
-            return lateness_report.report(model.name, table, model.lateness, rows, int(steps))
+            return lateness_report.report(model.name, table, model.lateness, rows, count)
 
     @available
     def streamsql_completed_steps(self, relation: BaseRelation, count: int) -> List[Dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Dict, List, Mapping, Optional, Sequence
 
 # How a rung of seconds is written (the largest unit that divides it).
@@ -25,8 +26,10 @@ def rung_label(value: int, unit: str) -> str:
     """A rung of the ladder as a reader says it: `5 min`, `2 days`, `1000`."""
     if unit == "units":
         return f"{value:,}"
-    if unit == "days" or value == 0:
-        return f"{value} day{'' if value == 1 else 's'}" if unit == "days" else "0 s"
+    if unit == "days":
+        return f"{value} day{'' if value == 1 else 's'}"
+    if value == 0:
+        return "0 s"
     for size, name in _SECOND_UNITS:
         if value % size == 0:
             count = value // size
@@ -63,11 +66,7 @@ class ColumnLateness:
 
     def accepted(self) -> List[int]:
         """Per rung, the changes a LATENESS of that size would have accepted."""
-        running, accepted = 0, []
-        for count in self.counts[:-1]:
-            running += count
-            accepted.append(running)
-        return accepted
+        return list(accumulate(self.counts[:-1]))
 
 
 def summed(rows: Sequence[Mapping[str, object]]) -> Dict[str, ColumnLateness]:

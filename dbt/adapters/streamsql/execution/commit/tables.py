@@ -186,8 +186,7 @@ def create_event_time_tables(
         if storage and created:
             with ctx.role(f"the model's storage properties on {model.table(suffix)}"):
                 ctx.session.run(sql.set_properties(model.table(suffix), storage))
-    if not replace:
-        add_waterline_behind(ctx, rules, last)
+    add_waterline_behind(ctx, rules, last)  # none to look for when `last` is None
     pending = model.table_name("__pending")
     if (
         rules.watermark
