@@ -154,8 +154,12 @@ LAYERS = (
     ("recovery", ("recovery",)),
     # the phases of a step: inputs, the plan's decision, the change, keys
     ("pipeline", ("pipeline",)),
-    # what dbt calls: a step (run_step), streamsql_explain, streamsql_lateness_report
-    ("entry points", ("", "pipeline.step", "explain", "plan_advice", "lateness_report")),
+    # what dbt calls: a step (run_step), streamsql_explain, streamsql_lateness_report,
+    # streamsql_readmit
+    (
+        "entry points",
+        ("", "pipeline.step", "explain", "plan_advice", "lateness_report", "readmit"),
+    ),
 )
 
 

@@ -250,6 +250,31 @@ class StreamSQLAdapter(SparkAdapter):
             )
         return step_response(result)
 
+    @available
+    def streamsql_readmit(
+        self,
+        relation: BaseRelation,
+        config: Any,
+        where: str,
+        dry_run: bool = False,
+        side_table_macros: Optional[Mapping[str, Any]] = None,
+    ) -> StepResponse:
+        """Apply the quarantined changes of `relation` that `where` selects, as a step of their
+        own (the `streamsql_readmit` operation, execution/readmit.py)."""
+        from dbt.adapters.streamsql.execution.readmit import readmit_step
+
+        with errors_as_dbt_errors():
+            model = model_settings(relation, dict(config or {}), full_refresh=False)
+            result = readmit_step(
+                AdapterSqlSession(self),
+                model,
+                str(where) if where is not None else "",
+                log=logger.info,
+                side_sql=self._side_table_sql(side_table_macros),
+                dry_run=bool(dry_run),
+            )
+        return step_response(result)
+
     def _side_table_sql(self, macros: Optional[Mapping[str, Any]]) -> Optional[SideTableSql]:
         """The side tables' statements from the macros dbt handed over, called with relations
         quoted as the step quotes names (so that the default statements are the same text)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, List, Optional
@@ -19,7 +20,11 @@ from dbt.adapters.streamsql.execution.engine.delta_log import DeltaLogReader
 from dbt.adapters.streamsql.execution.engine.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.engine.views import StepViews
-from dbt.adapters.streamsql.execution.shared.errors import FAULT_INJECTION_ENV, InjectedFault
+from dbt.adapters.streamsql.execution.shared.errors import (
+    FAULT_INJECTION_ENV,
+    PAUSE_ENV,
+    InjectedFault,
+)
 from dbt.adapters.streamsql.execution.shared.model import ModelSettings
 
 
@@ -69,10 +74,17 @@ class StepContext:
         return self.session.trace.role(text)
 
     def checkpoint(self, point: str) -> None:
-        """Test-only fault injection: fail here if STREAMSQL_TEST_FAIL_AT names this point."""
+        """Test-only fault injection: fail here if STREAMSQL_TEST_FAIL_AT names this point, or
+        wait here to be killed if STREAMSQL_TEST_PAUSE_AT does."""
         wanted = os.environ.get(FAULT_INJECTION_ENV)
         if wanted and wanted == point:
             raise InjectedFault(f"injected fault at {point} (step of {self.model.name})")
+        paused, _, marker = os.environ.get(PAUSE_ENV, "").partition(":")
+        if paused == point and marker:  # to be killed here
+            with open(marker, "w") as written:
+                written.write(str(os.getpid()))
+            time.sleep(600)
+            raise InjectedFault(f"paused at {point} and not killed (step of {self.model.name})")
 
     def nothing_changed(self) -> str:
         """The sentence of a refusal that says what the refused step left behind."""

@@ -7,9 +7,10 @@ to versions; they describe their writes as `StepWrites` and write nothing themse
 1. commits the model's change, in one Delta commit that carries the step record (the input
    versions, the waterlines, and which side tables the step writes next) and is idempotent
    (Delta's `txnAppId`/`txnVersion`: a second commit of the same step is skipped by Delta);
-2. writes each side table the record names, one commit each: `__waterline`, `__late`,
-   `__pending`, then the state tables (stages in plan order, then the top aggregate's). Each
-   of these commits is idempotent too, under an id of its own per table.
+2. writes each side table the record names, one commit each: `__waterline`, `__late` (its
+   new rows, or for a readmit its readmitted rows marked), `__pending`, then the state tables
+   (stages in plan order, then the top aggregate's). Each of these commits is idempotent too,
+   under an id of its own per table.
 
 Why no table ever shows part of a step, and why a step happens exactly once: until 1 commits,
 the step wrote nothing (a run killed before leaves every table as it was; the next run takes
@@ -186,6 +187,17 @@ def write_side_tables(
                     rows,
                 ),
             )
+    if writes.readmit is not None and LATE in wanted:
+        ctx.checkpoint("before_readmit_mark")
+        with_side_record(
+            ctx,
+            record,
+            LATE,
+            f"mark the readmitted rows of {model.late_table} with step {record.step}",
+            statements.mark_readmitted_rows(
+                model.schema, model.identifier + LATE, writes.readmit.condition, record.step
+            ),
+        )
     if writes.held is not None and PENDING in wanted:
         ctx.checkpoint("before_hold")
         changes = wm.pending_changes(writes.held.candidates, writes.held.columns, record.step)

@@ -101,6 +101,10 @@ class StepRecord:
     emit_final: bool = False
     # A `streamsql_flush` step (it read no input, and released everything WATERMARK held).
     flush: bool = False
+    # A `streamsql_readmit` step (it read no input, and applied rows of `__late`):
+    # {"where": the user's condition, "condition": the rows it took (event_time/readmit.py),
+    # "late_version": the version of `__late` it read them at}. Not carried by `next`.
+    readmit: Optional[Dict[str, Any]] = None
     # Each input's Delta table id when the step read it: another id later means the input was
     # dropped or replaced and created again (lost_history.py).
     input_ids: Dict[str, str] = field(default_factory=dict)

@@ -3,14 +3,15 @@
 The boundary: the step decides what it writes to a side table (which columns a table has, which
 rows a step adds, when, under which step record: history.py, protocol.py); the package's macros
 (dbt/include/streamsql/macros/side_tables/) say how the statements look: the CREATE with its
-properties and clauses, the INSERT or MERGE that adds a step's rows. They dispatch, so a project
-overrides one by defining `streamsql__create_late_table` (say) in its own macros.
+properties and clauses, the INSERT, MERGE or UPDATE that writes a step's rows. They dispatch,
+so a project overrides one by defining `streamsql__create_late_table` (say) in its own macros.
 
-`SideTableSql` turns the step's decisions into those macros' calls. Under dbt the materialization
-and `streamsql_flush` hand over the macros themselves (`streamsql_side_table_macros`), called in
-the node's context: a project's overrides apply, and see `config`, `this`, `var`. Outside dbt
-(unit tests, a step run from Python), `package_macros` renders the same files with plain Jinja
-and dispatches to the package's `default__` macros only.
+`SideTableSql` turns the step's decisions into those macros' calls. Under dbt the
+materialization, `streamsql_flush` and `streamsql_readmit` hand over the macros themselves
+(`streamsql_side_table_macros`), called in the node's context: a project's overrides apply,
+and see `config`, `this`, `var`. Outside dbt (unit tests, a step run from Python),
+`package_macros` renders the same files with plain Jinja and dispatches to the package's
+`default__` macros only.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MACROS = (
     "streamsql_append_late_rows",
     "streamsql_append_waterline_rows",
     "streamsql_merge_pending_rows",
+    "streamsql_mark_readmitted_rows",
 )
 MACRO_DIR = Path(PACKAGE_PATH) / "macros" / "side_tables"
 # How dbt's dispatch picks an implementation for this adapter: its own, its parent's, default.
@@ -115,6 +117,11 @@ class SideTableSql:
             columns=list(columns),
             changes=changes,
             step=step,
+        )
+
+    def mark_readmitted_rows(self, schema: str, identifier: str, condition: str, step: int) -> str:
+        return self._statement(
+            "streamsql_mark_readmitted_rows", schema, identifier, condition=condition, step=step
         )
 
     def _statement(self, macro: str, schema: str, identifier: str, **arguments: Any) -> str:

@@ -19,6 +19,7 @@ from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine import statements as sql
 from dbt.adapters.streamsql.execution.engine.views import inline
 from dbt.adapters.streamsql.execution.event_time import lateness as late
+from dbt.adapters.streamsql.execution.event_time import readmit
 from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.shared.errors import StepError
 from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
@@ -185,13 +186,13 @@ def apply_lateness(
 def held_back_rows(
     ctx: StepContext, columns: Sequence[Column], written: Sequence[Column], step: int
 ) -> Tuple[Optional[str], Optional[str]]:
-    """What LATENESS set aside (`__late`) and what WATERMARK holds (`__pending`) as of step
-    `step`, as changes with weights: the model's table minus these is the model's query as of
-    that step (docs/steps.md, the guarantee), so a change computed as the query minus the table
-    adds them back, and they must be taken out again (a recompute would otherwise hold or
-    quarantine them a second time). (late rows, held rows); None where the table is not there.
-    Each has `columns`, those not in the side tables (not `written`: on_schema_change 'ignore')
-    NULL."""
+    """What LATENESS set aside (`__late`, less what a readmit applied) and what WATERMARK
+    holds (`__pending`) as of step `step`, as changes with weights: the model's table minus
+    these is the model's query as of that step (docs/steps.md, the guarantee), so a change
+    computed as the query minus the table adds them back, and they must be taken out again (a
+    recompute would otherwise hold or quarantine them a second time). (late rows, held rows);
+    None where the table is not there. Each has `columns`, those not in the side tables (not
+    `written`: on_schema_change 'ignore') NULL."""
     kept = {c.name.lower() for c in written}
     cols = ", ".join(
         sql.quote(c.name)
@@ -201,11 +202,15 @@ def held_back_rows(
     )
     model = ctx.model
     late_rows = held_rows = None
-    if ctx.delta_log.exists(model.table_name("__late")):
+    late_name = model.table_name("__late")
+    if ctx.delta_log.exists(late_name):
         late_rows = (
             f"SELECT {cols}, CAST(CASE WHEN _streamsql_change = 'insert' THEN -1 ELSE 1 END "
             f"AS BIGINT) AS {WEIGHT} FROM {model.late_table} WHERE _streamsql_step <= {step}"
         )
+        late_columns = {c.name.lower() for c in ctx.delta_log.snapshot(late_name).columns}
+        if readmit.READMITTED_STEP in late_columns:  # what a readmit applied is not set aside
+            late_rows += f" AND {readmit.not_readmitted_by(step)}"
     if ctx.delta_log.exists(model.table_name("__pending")):
         held_rows = (
             f"SELECT {cols}, -{WEIGHT} AS {WEIGHT} FROM {model.pending_table} "

@@ -23,7 +23,8 @@ Phases 3 and 4 compute into views pinned to versions and write nothing; the writ
 5 are the ones a step needs before it can read (creating tables, altering them for a schema
 change, compacting state) and are safe to repeat. A `StepState` (step_state.py) carries what
 the step learns from phase to phase. `flush_step` (the `streamsql_flush` operation) is a step
-with no input change that releases everything WATERMARK holds.
+with no input change that releases everything WATERMARK holds; `streamsql_readmit`'s step
+(execution/readmit.py) is another, finished here when a crash interrupted it.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from dbt.adapters.streamsql.execution.shared.errors import (
 from dbt.adapters.streamsql.execution.shared.input_state import InputState
 from dbt.adapters.streamsql.execution.shared.model import ModelSettings
 from dbt.adapters.streamsql.execution.shared.result import StepResult
-from dbt.adapters.streamsql.execution.shared.writes import ModelChange
+from dbt.adapters.streamsql.execution.shared.writes import ModelChange, ReadmitWrite
 from dbt.adapters.streamsql.execution.step_state import StepState
 from dbt.adapters.streamsql.planning.errors import PlanningError
 from dbt.adapters.streamsql.planning.plan import WEIGHT, Column
@@ -355,6 +356,8 @@ def finish_step(
         if last.flush:
             columns = list(ctx.delta_log.snapshot(model.target_name).columns)
             flush_change(ctx, step, columns, event_time_rules(ctx, columns))
+        elif last.readmit is not None:  # its one side write: the rows it took, marked
+            step.writes.readmit = ReadmitWrite(str(last.readmit["condition"]))
         else:
             read = [
                 inputs.pinned(item, last.input_versions)

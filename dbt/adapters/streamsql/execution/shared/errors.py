@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 FAULT_INJECTION_ENV = "STREAMSQL_TEST_FAIL_AT"
+# Test-only: `<point>:<file>` makes a step stop at that point, write its pid to the file and
+# wait there, for a test to kill the process at that exact moment (kill -9).
+PAUSE_ENV = "STREAMSQL_TEST_PAUSE_AT"
 
 
 class StepError(Exception):

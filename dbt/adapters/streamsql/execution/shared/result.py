@@ -41,8 +41,10 @@ class StepResult:
 
     def log_line(self) -> str:
         if self.skipped:
+            # a readmit that took no step: what it found (nothing left, or a dry run)
+            said = "; ".join(self.notes) if self.plan == "readmit" else ""
             return (
-                f"{self.model}: step {self.step}: inputs unchanged, nothing to do "
+                f"{self.model}: step {self.step}: {said or 'inputs unchanged, nothing to do'} "
                 f"({self.seconds:.1f} s)"
             )
         waterline = ", ".join(f"{k}={v}" for k, v in self.waterline.items()) or "none"
@@ -59,15 +61,14 @@ class StepResult:
         """The short status in dbt's result line, `[<status> in 1.23s]`: the rows inserted and
         deleted, then what else happened (late, held, a recompute, a recovery)."""
         if self.skipped:
-            return "unchanged"
+            return "unchanged" if self.plan != "readmit" else "nothing readmitted"
         said = [f"+{self.inserted} -{self.deleted}"]
         said += [f"{n} {what}" for n, what in ((self.late, "late"), (self.held, "held")) if n]
         if any(note.startswith("recovered") for note in self.notes):
             said.append("recovered")
         elif self.computed == "recompute" and self.plan != "recompute":
             said.append("recomputed")
-        if self.plan == "flush":
-            said.append("flushed")
+        said += {"flush": ["flushed"], "readmit": ["readmitted"]}.get(self.plan, [])
         return ", ".join(said)
 
 

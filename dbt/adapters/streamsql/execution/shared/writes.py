@@ -73,6 +73,16 @@ class QuarantineWrite:
     rules: Sequence[LatenessRule]
 
 
+@dataclass(frozen=True)
+class ReadmitWrite:
+    """`streamsql_readmit`: the rows of `__late` the step readmitted, marked with its step.
+
+    `condition`: the rows', over `__late`'s own columns only (event_time/readmit.py), so that
+    marking them again after a crash marks the same rows."""
+
+    condition: str
+
+
 @dataclass
 class StepWrites:
     """What a step writes after the model's commit."""
@@ -80,6 +90,7 @@ class StepWrites:
     state: List[StateWrite] = field(default_factory=list)
     held: Optional[HeldWrite] = None
     quarantine: Optional[QuarantineWrite] = None
+    readmit: Optional[ReadmitWrite] = None
 
     def tables(self, late_rows: int) -> List[str]:
         """The side tables written, as suffixes of the model's name, in the order written."""
@@ -88,6 +99,8 @@ class StepWrites:
             tables.append(WATERLINE)
             if late_rows:
                 tables.append(LATE)
+        if self.readmit is not None:
+            tables.append(LATE)
         if self.held is not None:
             tables.append(PENDING)
         return tables + [write.suffix for write in self.state if write.groups.count]

@@ -9,6 +9,8 @@
     merge_pending_rows(relation, columns, changes, step)
         WATERMARK: one MERGE by id into __pending that marks the held changes released in `step`
         and adds the step's own changes that are held
+    mark_readmitted_rows(relation, condition, step)
+        streamsql_readmit: marks the rows of __late that meet `condition` as readmitted by `step`
 
   `rows` is a query (a SELECT, or VALUES) giving the new rows with the table's `columns`, in
   order. `changes` is a query giving, for `merge_pending_rows`, the model's `columns`, then
@@ -45,6 +47,15 @@
   {{- ' ' }}WHEN MATCHED AND s._streamsql_release THEN UPDATE SET _streamsql_released_step = {{ step }}
   {{- ' ' }}WHEN NOT MATCHED AND NOT s._streamsql_release THEN INSERT ({{ streamsql_column_list(columns) }}, {{ bookkeeping }})
   {{- ' ' }}VALUES ({{ streamsql_column_list(columns, 's.') }}, s._streamsql_weight, s._streamsql_held_step, CAST(NULL AS BIGINT), s._streamsql_held_id)
+{%- endmacro %}
+
+
+{% macro streamsql_mark_readmitted_rows(relation, condition, step) -%}
+  {{ return(adapter.dispatch('mark_readmitted_rows', 'dbt')(relation, condition, step)) }}
+{%- endmacro %}
+
+{% macro default__mark_readmitted_rows(relation, condition, step) -%}
+  UPDATE {{ relation }} SET _streamsql_readmitted_step = {{ step }} WHERE {{ condition }}
 {%- endmacro %}
 
 

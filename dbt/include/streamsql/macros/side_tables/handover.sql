@@ -11,5 +11,6 @@
       'streamsql_append_late_rows': streamsql_append_late_rows,
       'streamsql_append_waterline_rows': streamsql_append_waterline_rows,
       'streamsql_merge_pending_rows': streamsql_merge_pending_rows,
+      'streamsql_mark_readmitted_rows': streamsql_mark_readmitted_rows,
   }) }}
 {%- endmacro %}

@@ -22,7 +22,8 @@
                commits since that are no step's (an OPTIMIZE; a write by hand, which it sees)
     recompute  the query, each input it names read at the version step n read it up to (the
                record's input_versions), refs and sources alike (adapter.streamsql_pinned_query)
-    late       the rows of <model>__late with _streamsql_step <= n
+    late       the rows of <model>__late with _streamsql_step <= n, but those a streamsql_readmit
+               of step n or before applied (_streamsql_readmitted_step <= n)
     held       the rows of <model>__pending held in step n or before and not released by then
 
   So the test holds at any moment: between two runs (inputs that moved since are not read), and
@@ -134,6 +135,24 @@
   {%- if node.config.get('lateness') or node.config.get('max_future') -%}
     {%- set late = adapter.get_relation(database=model.database, schema=model.schema, identifier=model.identifier ~ '__late') -%}
   {%- endif -%}
+  {#- rows a streamsql_readmit applied are in the model: not set aside -#}
+  {%- set marks = [] -%}
+  {%- if late is not none -%}
+    {%- for column in adapter.get_columns_in_relation(late) -%}
+      {%- if column.name | lower == '_streamsql_readmitted_step' -%}
+        {%- do marks.append(column.name) -%}
+      {%- endif -%}
+    {%- endfor -%}
+  {%- endif -%}
+  {%- set late_kept = [] -%}
+  {%- if last is not none -%}
+    {%- do late_kept.append('_streamsql_step <= ' ~ (last['step'] | int)) -%}
+  {%- endif -%}
+  {%- if marks and last is not none -%}
+    {%- do late_kept.append('(_streamsql_readmitted_step is null or _streamsql_readmitted_step > ' ~ (last['step'] | int) ~ ')') -%}
+  {%- elif marks -%}
+    {%- do late_kept.append('_streamsql_readmitted_step is null') -%}
+  {%- endif -%}
   {%- set pending = none -%}
   {%- if node.config.get('watermark') -%}
     {%- set pending = adapter.get_relation(database=model.database, schema=model.schema, identifier=model.identifier ~ '__pending') -%}
@@ -150,8 +169,8 @@ with signed_rows as (
     select {{ select_list }},
            cast(case when _streamsql_change = 'insert' then 1 else -1 end as bigint) as _streamsql_w
     from {{ late }}
-  {%- if last is not none %}
-    where _streamsql_step <= {{ last['step'] | int }}
+  {%- if late_kept %}
+    where {{ late_kept | join(' and ') }}
   {%- endif %}
 {%- endif %}
 {%- if pending is not none %}
