@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -113,6 +114,18 @@ class TestReadmit:
             (4, 6, "insert"),
         ]
         run_dbt(["test"])  # the oracle, before any readmit
+        # the state each LATENESS would keep: `hourly` holds 00:00, 01:00 and 02:00, 2 hours, 1
+        # hour and 0 behind the largest hour seen
+        said = run_dbt_and_capture(
+            ["run-operation", "streamsql_lateness_report", "--args", "{model: hourly}"]
+        )[1]
+        assert re.search(r"\n\s*0 s\s+.*\s1 of 3\n", said), said
+        assert re.search(r"\n\s*1 hour\s+.*\s2 of 3\n", said), said
+        assert re.search(r"\n\s*2 hours\s+.*\s3 of 3\n", said), said
+        said = run_dbt_and_capture(
+            ["run-operation", "streamsql_lateness_report", "--args", "{model: pickups}"]
+        )[1]
+        assert "The model keeps no state" in said, said
 
         # a dry run says what it would do and writes nothing
         said = readmit("pickups", "_streamsql_step = 5", {"dry_run": True})

@@ -61,3 +61,41 @@ def test_the_report_names_the_column_its_lateness_and_each_share():
 def test_no_counts_yet_says_why():
     text = report("m", "t", {"ts": "INTERVAL 1 HOUR"}, [], 20)
     assert "No step has counted how late its changes arrived yet" in text
+
+
+def test_the_groups_each_lateness_keeps_open_stand_beside_its_share():
+    kept = {"ts": (40, [4, 4, 9, 12, 20, 20, 25, 31])}
+    text = report(
+        "hourly",
+        "t",
+        {"ts": "INTERVAL 1 HOUR"},
+        [row(3, [5, 1, 0, 2, 0, 0, 0, 1, 1])],
+        20,
+        kept,
+        "groups kept open: ...",
+    )
+    lines = text.splitlines()
+    assert "  a LATENESS of    would have accepted            groups kept open" in lines
+    assert "  0 s                50.00%  (5 changes)          4 of 40" in lines
+    assert "  1 hour             90.00%  (9 changes)          31 of 40" in lines
+    assert lines[-1] == "groups kept open: ..."
+    # a ladder of another length (the column's type changed) shows no groups
+    other = report("m", "t", {}, [row(3, [5, 1, 0, 2, 0, 0, 0, 1, 1])], 20, {"ts": (1, [1])})
+    assert "groups kept open" not in other
+
+
+def test_the_open_groups_are_counted_per_rung_in_one_query():
+    from dbt.adapters.streamsql.execution.event_time.lateness import lateness_rules
+    from dbt.adapters.streamsql.execution.lateness_report import open_groups, open_groups_query
+    from dbt.adapters.streamsql.planning.plan import Column
+
+    rules = lateness_rules(
+        "m", [Column("hour", "timestamp"), Column("n", "bigint")], {"hour": "INTERVAL 1 HOUR"}, None
+    )
+    query = open_groups_query("`demo`.`m`", rules, {"hour": "2020-01-01 02:00:00"})
+    assert query is not None and query.startswith("SELECT COUNT(`hour`) AS g_0, COUNT_IF(")
+    assert query.endswith(" FROM `demo`.`m`")
+    assert "unix_micros(CAST(`hour` AS TIMESTAMP))" in query
+    assert open_groups_query("`demo`.`m`", rules, {}) is None  # nothing seen yet
+    row = {"g_0": 3, **{f"o_0_{j}": min(j + 1, 3) for j in range(15)}}
+    assert open_groups(rules, row) == {"hour": (3, [min(j + 1, 3) for j in range(15)])}

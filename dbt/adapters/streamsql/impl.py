@@ -306,24 +306,7 @@ class StreamSQLAdapter(SparkAdapter):
 
         with errors_as_dbt_errors():
             model = model_settings(relation, dict(config or {}), full_refresh=False)
-            if not model.lateness:
-                raise StepError(
-                    f"streamsql_lateness_report: model {model.name} has no `lateness` config, "
-                    "so its steps count nothing of how late changes arrive. Give it one (for "
-                    "example lateness: {ts: 'INTERVAL 1 DAY'}) and run a few steps."
-                )
-            count = int(steps)
-            if count < 1:
-                raise StepError(
-                    f"streamsql_lateness_report: steps is {steps}; pass a number of steps of "
-                    f"{model.name} to count, 1 or more (the default is 20)."
-                )
-            table = model.waterline_table
-            rows = AdapterSqlSession(self).query(
-                f"SELECT * FROM {table} WHERE step > "
-                f"(SELECT COALESCE(MAX(step), 0) - {count} FROM {table})"
-            )
-            return lateness_report.report(model.name, table, model.lateness, rows, count)
+            return lateness_report.model_report(AdapterSqlSession(self), model, steps)
 
     @available
     def streamsql_completed_steps(self, relation: BaseRelation, count: int) -> List[Dict[str, Any]]:
