@@ -1,6 +1,7 @@
 """dbt features on an incremental_view project: `dbt source freshness` of both kinds (from a
 source's `loaded_at_field`, and from its Delta table's last commit when it has none), dbt unit
-tests of an incremental_view model, and enforced model contracts checked at each step.
+tests of an incremental_view model, enforced model contracts checked at each step, and `dbt clone`
+of an incremental view (a table; its next step says how to make it a view of its own).
 
 One project for all of them: each test runs one dbt command over it.
 """
@@ -8,7 +9,9 @@ One project for all of them: each test runs one dbt command over it.
 from __future__ import annotations
 
 import re
+import shutil
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from dbt.tests.util import run_dbt
@@ -94,6 +97,13 @@ def by_name(results, name: str):
 
 class TestDbtFeatures:
     @pytest.fixture(scope="class")
+    def profiles_config_update(self, dbt_profile_target, unique_schema):
+        """A second target, `dev`, in a schema of its own (what `dbt clone` clones into)."""
+        default = dict(dbt_profile_target, schema=unique_schema)
+        dev = dict(dbt_profile_target, schema=f"{unique_schema}_dev")
+        return {"test": {"outputs": {"default": default, "dev": dev}, "target": "default"}}
+
+    @pytest.fixture(scope="class")
     def models(self):
         return {
             "sources.yml": SOURCES_YML,
@@ -160,3 +170,29 @@ class TestDbtFeatures:
             (2, 1, 5),
             (3, 1, 7),
         }
+
+    def test_a_clone_serves_as_a_table_and_its_next_step_says_what_to_do(self, project, tmp_path):
+        schema, dev = project.test_schema, f"{project.test_schema}_dev"
+        run_dbt(["run", "--select", "totals"])
+        state = tmp_path / "state"
+        state.mkdir()
+        shutil.copy(Path(project.project_root) / "target" / "manifest.json", state)
+        try:
+            (cloned,) = run_dbt(
+                ["clone", "--state", str(state), "--target", "dev", "--select", "totals"]
+            )
+            assert str(cloned.status) == "success", cloned.message
+            rows = "select k, n, total from {}.totals order by k"
+            assert project.run_sql(rows.format(dev), fetch="all") == project.run_sql(
+                rows.format(schema), fetch="all"
+            )
+            # the dev target's source (its schema is the target's)
+            project.run_sql(
+                f"create table {dev}.events using delta as select * from {schema}.events"
+            )
+            (step,) = run_dbt(["run", "--target", "dev", "--select", "totals"], expect_pass=False)
+            assert str(step.status) == "error"
+            assert f"the table {dev}.totals is a clone of" in step.message, step.message
+            assert "--full-refresh --select totals" in step.message, step.message
+        finally:
+            project.run_sql(f"drop schema if exists {dev} cascade")

@@ -11,7 +11,7 @@ the records from the last step whose every write landed, with the model versions
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from dbt.adapters.streamsql.execution.commit.record import (
     CREATING_OPERATIONS,
@@ -37,12 +37,31 @@ def last_step(ctx: StepContext) -> Optional[StepRecord]:
         return None
     previous = read_last_record(ctx)
     if previous is None:
+        source = clone_source(ctx.delta_log.recent_commits(model.target_name, HISTORY_PAGE))
+        if source is not None:
+            raise StepError(
+                f"Model {model.name}: the table {model.target_name} is a clone of {source} "
+                "(dbt clone, or CREATE TABLE ... CLONE): it has that table's rows but none of "
+                "its steps, state or side tables, so no step can continue from it. Run `dbt run "
+                f"--full-refresh --select {model.name}` to build it as an incremental view of "
+                f"its own, or leave it out of `dbt run` while the clone serves (--exclude "
+                f"{model.name})."
+            )
         raise StepError(
             f"Model {model.name}: the table {model.target_name} exists but was not built "
             "by incremental_view (no step record in its Delta history). Run `dbt run "
             f"--full-refresh --select {model.name}` to rebuild it as an incremental view."
         )
     return previous
+
+
+def clone_source(commits: Sequence[Commit]) -> Optional[str]:
+    """The table a table was cloned from (Delta's CLONE commit, newest first in `commits`:
+    the oldest one that is a clone), or None when it is no clone."""
+    for commit in reversed(list(commits)):
+        if "CLONE" in commit.operation.upper():
+            return str(commit.parameters.get("source") or "another table")
+    return None
 
 
 def read_last_record(ctx: StepContext) -> Optional[StepRecord]:
