@@ -1,6 +1,7 @@
 """The adapter installs into any dbt project, as a user installs it: a wheel built from this
-repository, installed with pip into a fresh virtualenv, a project made by `dbt init` from the
-adapter's profile template, and a day of dbt commands on it (steps, `dbt build`, `dbt retry`
+repository, installed with pip into a fresh virtualenv, a project made by `streamsql init` (dbt
+init from the adapter's profile template, with the adapter's starter, which `dbt build` builds),
+and a day of dbt commands on it (steps, `dbt build`, `dbt retry`
 after a failed step, `dbt test --store-failures`), each a process of its own on the warm default.
 """
 
@@ -116,15 +117,20 @@ def test_a_wheel_in_a_fresh_virtualenv_runs_steps_in_a_project_made_by_dbt_init(
     profiles.mkdir()
     dbt = [bin_dir / "dbt"]
 
-    # dbt init: which adapter (dbt-spark is installed beside it), then the template's prompts
+    # streamsql init (dbt init, then the starter): which adapter (dbt-spark is installed beside
+    # it), then the template's prompts
     listed = run([bin_dir / "python", "-c", LIST_ADAPTERS], tmp_path, env)
     assert listed.returncode == 0, listed.stderr[-3000:]
     adapters = json.loads(listed.stdout)
     assert "streamsql" in adapters, adapters
     choice = adapters.index("streamsql") + 1
     answers = f"{choice}\n1\nwarehouse\nanalytics\n1\n"
-    init = run(dbt + ["init", "user_project", "--profiles-dir", profiles], tmp_path, env, answers)
+    streamsql = [bin_dir / "streamsql"]
+    init = run(
+        streamsql + ["init", "user_project", "--profiles-dir", profiles], tmp_path, env, answers
+    )
     assert init.returncode == 0, init.stdout[-3000:] + init.stderr[-3000:]
+    assert "Next: cd user_project && dbt build" in init.stdout, init.stdout[-3000:]
     profile = yaml.safe_load((profiles / "profiles.yml").read_text())["user_project"]
     target = profile["outputs"][profile["target"]]
     assert (target["type"], target["method"], target["schema"]) == (
@@ -134,13 +140,21 @@ def test_a_wheel_in_a_fresh_virtualenv_runs_steps_in_a_project_made_by_dbt_init(
     )
 
     project = tmp_path / "user_project"
+    warehouse = project / "warehouse"
+    try:
+        # the starter builds on the first try: the seed, the view's first step, its tests
+        built = run(dbt + ["build", "--profiles-dir", profiles], project, env)
+        assert built.returncode == 0, built.stdout[-3000:]
+        assert "PASS=5 WARN=0 ERROR=0" in built.stdout, built.stdout[-3000:]
+    except BaseException:
+        run([bin_dir / "streamsql", "server", "stop", "--warehouse", warehouse], project, env)
+        raise
     for example in (project / "models").rglob("*"):
         if example.is_file():
             example.unlink()
     (project / "models" / "totals.sql").write_text(MODEL)
     (project / "models" / "schema.yml").write_text(SCHEMA_YML)
     (project / "macros" / "src.sql").write_text(MACROS)
-    warehouse = project / "warehouse"
 
     def dbt_command(*args, fail_at: str = "", expect: int = 0):
         extra = {"STREAMSQL_TEST_FAIL_AT": fail_at} if fail_at else {}

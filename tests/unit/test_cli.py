@@ -172,3 +172,42 @@ def test_start_refuses_a_target_whose_dbt_commands_use_no_server(tmp_path, capsy
     assert exit_code(["server", "start", "--project-dir", str(root)]) == 1
     assert "sets keep_warm: false" in capsys.readouterr().err
     assert not (root / "warehouse").exists()
+
+
+def test_init_has_its_help_and_exit_codes(capsys):
+    assert exit_code(["init", "--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert shown.startswith("usage: streamsql init ")
+    assert "dbt init" in shown and "exit codes: 0 the project and its starter were made" in shown
+
+
+def test_init_inside_a_project_adds_no_starter_and_says_why(tmp_path, capsys, monkeypatch):
+    project(tmp_path / "p", t={"method": "session"})
+    monkeypatch.chdir(tmp_path / "p")
+    assert exit_code(["init", "--skip-profile-setup"]) == 1
+    said = capsys.readouterr().err
+    assert "dbt init made no new project (it ran inside an existing one)" in said, said
+    assert not (tmp_path / "p" / "seeds").exists()
+    assert Path.cwd() == tmp_path / "p"
+
+
+def test_the_starter_replaces_dbts_example_and_overwrites_nothing(tmp_path):
+    from dbt.adapters.streamsql.starter import STARTER, StarterError, write_starter
+
+    example = tmp_path / "models" / "example"
+    example.mkdir(parents=True)
+    for name in ("my_first_dbt_model.sql", "my_second_dbt_model.sql", "schema.yml"):
+        (example / name).write_text("-- dbt's")
+    assert write_starter(tmp_path) == list(STARTER)
+    assert not example.exists()
+    model = (tmp_path / "models" / "pickups_per_hour.sql").read_text()
+    assert "materialized='incremental_view'" in model and "ref('pickups')" in model
+    assert "matches_recompute" in (tmp_path / "models" / "pickups_per_hour.yml").read_text()
+    with pytest.raises(StarterError, match="would overwrite it. Nothing was written"):
+        write_starter(tmp_path)
+    # an example of the user's own is left alone
+    other = tmp_path / "other"
+    (other / "models" / "example").mkdir(parents=True)
+    (other / "models" / "example" / "mine.sql").write_text("select 1")
+    write_starter(other)
+    assert (other / "models" / "example" / "mine.sql").exists()

@@ -189,8 +189,14 @@ def test_delta_jars_come_from_ivy_until_a_start_has_listed_the_files_it_resolved
             {"method": "session", "warehouse_dir": "warehouse", "schema": "analytics"},
         ),
         (
-            [2, "spark.example.internal", 15002, "", "analytics", 2],
-            {"method": "connect", "host": "spark.example.internal", "port": 15002, "token": ""},
+            [2, "spark.example.internal", 15002, "", True, "analytics", 2],
+            {
+                "method": "connect",
+                "host": "spark.example.internal",
+                "port": 15002,
+                "token": "",
+                "use_ssl": True,
+            },
         ),
         (
             [3, "thrift.example.internal", 10000, "dbt", "analytics", 4],

@@ -1,4 +1,5 @@
-"""`streamsql server start|status|stop`: the warm Spark server of a dbt project's warehouse.
+"""`streamsql server start|status|stop`: the warm Spark server of a dbt project's warehouse;
+`streamsql init`: `dbt init`, with a starter incremental view (starter.py).
 
 The warehouse and the server's settings come from the project's profile, as `dbt` reads them
 (`--project-dir`, `--profiles-dir`, `--profile`, `--target`, their DBT_* variables and dbt's
@@ -278,12 +279,71 @@ def parser() -> argparse.ArgumentParser:
     stopped.set_defaults(run=stop, failed=EXIT_FAILED)
     for action in (started, shown, stopped):
         action.set_defaults(action_parser=action)
+    made = groups.add_parser(
+        "init",
+        help="dbt init, with a starter incremental view instead of dbt's example",
+        description="Run `dbt init` (its arguments after `init`, e.g. a project name, "
+        "--profiles-dir) and put a starter into the new project in place of dbt's example: a "
+        "seed (seeds/pickups.csv) and an incremental view over it with LATENESS "
+        "(models/pickups_per_hour.sql) and its tests, so that `dbt build` in it passes.",
+        epilog="exit codes: 0 the project and its starter were made, 1 dbt init failed or made "
+        "no new project (run where no dbt_project.yml is) or a starter file was there already, "
+        "2 usage error",
+    )
+    made.add_argument("dbt_args", nargs=argparse.REMAINDER, help="dbt init's own arguments")
+    made.set_defaults(run=init, failed=EXIT_FAILED, warehouse=None, action_parser=made)
     return top
 
 
+def init(args: argparse.Namespace) -> int:
+    """`streamsql init`: `dbt init`, then the starter in the project it made."""
+    from dbt.cli.main import dbtRunner
+
+    from dbt.adapters.streamsql.starter import StarterError, write_starter
+
+    start = Path.cwd()
+
+    def projects() -> set:  # dbt init makes its project in a new directory here
+        return {p.parent for p in start.glob("*/dbt_project.yml")}
+
+    before = projects()
+    try:
+        made = dbtRunner().invoke(["init", *args.dbt_args])
+    finally:
+        os.chdir(start)  # dbt init moves into the project it made
+    if not made.success:
+        return EXIT_FAILED
+    new = sorted(projects() - before)
+    project = new[0] if len(new) == 1 else start
+    if project == start:
+        print(
+            "streamsql: dbt init made no new project (it ran inside an existing one), so no "
+            "starter was added. Run `streamsql init <name>` where there is no dbt_project.yml.",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    try:
+        written = write_starter(project)
+    except StarterError as error:
+        print(f"streamsql: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    where = os.path.relpath(project, start)
+    print(f"Added a starter incremental view to {where}: {', '.join(written)}.")
+    print(f"Next: cd {where} && dbt build")
+    return EXIT_OK
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = parser().parse_args(argv)
-    if args.warehouse and (args.project_dir or args.profiles_dir or args.profile or args.target):
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["init"] and not {"-h", "--help"} & set(given[1:]):
+        # every argument after `init` is dbt init's, options included
+        return init(argparse.Namespace(dbt_args=given[1:]))
+    args = parser().parse_args(given)
+    if (
+        args.group != "init"
+        and args.warehouse
+        and (args.project_dir or args.profiles_dir or args.profile or args.target)
+    ):
         args.action_parser.error(
             "--warehouse names the warehouse without a profile: leave out --project-dir, "
             "--profiles-dir, --profile and --target, or --warehouse"
