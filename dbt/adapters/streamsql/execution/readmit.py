@@ -79,9 +79,9 @@ def _readmit(ctx: StepContext, where: str, dry_run: bool) -> StepResult:
             "the model (a recompute takes in everything its inputs hold now)."
         )
     late_columns = [c.name for c in ctx.delta_log.snapshot(late_name).columns]
-    checked = readmit.checked_where(
-        model.name, where, model.late_table, [*late_columns, readmit.READMITTED_STEP]
-    )
+    # (the mark's column may be named before the first readmit adds it)
+    named = list(dict.fromkeys([*late_columns, readmit.READMITTED_STEP]))
+    checked = readmit.checked_where(model.name, where, model.late_table, named)
     unfinished = history.unfinished_side_writes(ctx, previous)
     if unfinished and previous.readmit is None:
         raise StepError(
