@@ -15,6 +15,8 @@ stopped at the end, so the file starts one Spark.
 - kill -9 of the dbt client at random moments of a step (test_kill.py's two models: an aggregate
   with LATENESS and a linear model over it), then one complete run: every table shows whole
   steps, none applied twice or skipped (the model's step records read from its log on S3).
+- kill -9 of the warm server under a step, between the model's commit and its side tables and
+  at a random moment: the same, with a new server started by the next run.
 
     pytest -k object_store tests/functional     # STREAMSQL_OBJECT_STORE_STEPS, _KILLS, _SEED
 """
@@ -27,11 +29,13 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from dbt.adapters.streamsql.execution.shared.errors import PAUSE_ENV
 from dbt.adapters.streamsql.spark import warm_server
 from scripts.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3a_settings
 from tests.dbt_process import DbtProject
@@ -195,6 +199,68 @@ def test_object_store_clients_killed_mid_step_lose_or_double_nothing(object_stor
     checker = DbtProject.create(tmp_path / "check", {}, target=target)
     row = show(checker, whole_steps_query())[0]
     log = "wh/tables/kill.db/windows/_delta_log/"
+    commits = [k for k in s3_keys(object_store.server, log) if k.endswith(".json")]
+    numbers = steps_of_commits(s3_text(object_store.server, key) for key in commits)
+    assert_whole_steps(row, numbers)
+
+
+def server_pids(paths: warm_server.ServerPaths) -> list:
+    """The warm server's process and its JVM (the process's one child)."""
+    state = warm_server.ServerState.read(paths)
+    assert state is not None, "no warm server runs"
+    with open(f"/proc/{state.pid}/task/{state.pid}/children") as children:
+        return [int(pid) for pid in children.read().split()] + [state.pid]
+
+
+def kill_server(paths: warm_server.ServerPaths) -> None:
+    for pid in server_pids(paths):  # the JVM first, as the out-of-memory killer would
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 900)
+def test_object_store_server_killed_mid_step_loses_or_doubles_nothing(object_store, tmp_path):
+    """kill -9 of the warm server (its JVM and its process) under a step on S3: once between
+    the model's commit and its side tables (the client held there), once at a random moment of
+    a step, inside whatever statement runs. The next run starts another server and finishes or
+    takes the steps; every table shows whole steps."""
+    target = dict(object_store.target, schema="serverkill", threads=1)
+    project = DbtProject.create(
+        tmp_path / "p", MODELS, target=target, project_extra={"on-run-start": HOOKS}
+    )
+    paths = warm_server.ServerPaths(str(object_store.local))
+    first = project.dbt("run", timeout=RUN_TIMEOUT)
+    assert first.returncode == 0, first.stdout[-3000:]
+
+    marker = tmp_path / "paused"
+    os.environ[PAUSE_ENV] = f"after_commit:{marker}"
+    try:
+        held = project.dbt_popen("run")
+    finally:
+        del os.environ[PAUSE_ENV]
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not marker.exists() and held.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), held.communicate(timeout=60)[0][-3000:]
+    kill_server(paths)  # the model committed step 2, its side tables not written
+    os.killpg(held.pid, signal.SIGKILL)
+    held.communicate(timeout=120)
+
+    restarted = project.dbt("run", timeout=RUN_TIMEOUT)  # a new server; finishes step 2
+    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    assert "finishing step 2, which a crash interrupted" in restarted.stdout, restarted.stdout[
+        -3000:
+    ]
+    running = project.dbt_popen("run")
+    try:  # killed inside a statement of the step, if the step is still running
+        running.wait(timeout=random.Random(SEED).uniform(8, 25))
+    except subprocess.TimeoutExpired:
+        kill_server(paths)
+    running.communicate(timeout=600)
+
+    final = project.dbt("run", timeout=RUN_TIMEOUT)
+    assert final.returncode == 0, final.stdout[-3000:]
+    row = show(project, whole_steps_query().replace("kill.", "serverkill."))[0]
+    log = "wh/tables/serverkill.db/windows/_delta_log/"
     commits = [k for k in s3_keys(object_store.server, log) if k.endswith(".json")]
     numbers = steps_of_commits(s3_text(object_store.server, key) for key in commits)
     assert_whole_steps(row, numbers)
