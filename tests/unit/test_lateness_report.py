@@ -99,3 +99,20 @@ def test_the_open_groups_are_counted_per_rung_in_one_query():
     assert open_groups_query("`demo`.`m`", rules, {}) is None  # nothing seen yet
     row = {"g_0": 3, **{f"o_0_{j}": min(j + 1, 3) for j in range(15)}}
     assert open_groups(rules, row) == {"hour": (3, [min(j + 1, 3) for j in range(15)])}
+
+
+def test_a_steps_that_is_not_a_count_of_steps_is_refused_naming_the_model():
+    import pytest
+
+    from dbt.adapters.streamsql.execution.lateness_report import model_report
+    from dbt.adapters.streamsql.execution.shared.errors import StepError
+    from dbt.adapters.streamsql.execution.shared.model import ModelSettings
+
+    model = ModelSettings(
+        name="m", schema="demo", identifier="m", lateness={"ts": "INTERVAL 1 HOUR"}
+    )
+    for steps in (0, -3, "twenty"):
+        with pytest.raises(StepError, match=r"steps is .*; pass a number of steps of m"):
+            model_report(None, model, steps)  # refused before it reads anything
+    with pytest.raises(StepError, match="model m has no `lateness` config"):
+        model_report(None, ModelSettings(name="m", schema="demo", identifier="m"), 20)

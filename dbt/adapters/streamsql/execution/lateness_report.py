@@ -116,7 +116,10 @@ def model_report(session: SqlSession, model: ModelSettings, steps: object) -> st
             "so its steps count nothing of how late changes arrive. Give it one (for "
             "example lateness: {ts: 'INTERVAL 1 DAY'}) and run a few steps."
         )
-    count = int(str(steps))
+    try:
+        count = int(str(steps))
+    except ValueError:
+        count = 0
     if count < 1:
         raise StepError(
             f"streamsql_lateness_report: steps is {steps}; pass a number of steps of "
