@@ -2,8 +2,9 @@
 applied after all, exactly once, followed downstream, and equal to the oracle.
 
 `pickups` is the worked example's model (one hour of LATENESS on ts), `per_location` counts it
-downstream, and `hourly` counts the same rows per hour with LATENESS on the hour, so that a late
-row quarantines an aggregate's delete and insert of one group. The in-process class takes the
+downstream, `hourly` counts the same rows per hour with LATENESS on the hour, so that a late
+row quarantines an aggregate's delete and insert of one group, and `held_pickups` holds rows
+with WATERMARK before its LATENESS judges them. The in-process class takes the
 steps and readmits in one dbt project; the kill test runs each dbt command as a process of its
 own and kills the readmit with SIGKILL between its model commit and its mark of `__late`.
 """
@@ -38,6 +39,12 @@ HOURLY = """
 select date_trunc('hour', ts) as hour, count(*) as n
 from {{ source('raw', 'order_pickup') }} group by date_trunc('hour', ts)
 """
+# WATERMARK and LATENESS: 02:00 is still held when step 5's 00:20 comes below the waterline 00:30
+HELD = """
+{{ config(materialized='incremental_view', watermark={'ts': 'INTERVAL 10 MINUTES'},
+          lateness={'ts': 'INTERVAL 30 MINUTES'}) }}
+select ts, location from {{ source('raw', 'order_pickup') }}
+"""
 SCHEMA = """
 version: 2
 sources:
@@ -50,6 +57,8 @@ models:
   - name: per_location
     data_tests: [matches_recompute]
   - name: hourly
+    data_tests: [matches_recompute]
+  - name: held_pickups
     data_tests: [matches_recompute]
 """
 # The worked example's five rows as five steps (the fifth is late), then a sixth late row.
@@ -84,6 +93,7 @@ class TestReadmit:
             "pickups.sql": PICKUPS,
             "per_location.sql": PER_LOCATION,
             "hourly.sql": HOURLY,
+            "held_pickups.sql": HELD,
             "schema.yml": SCHEMA,
         }
 
@@ -198,6 +208,12 @@ class TestReadmit:
         ) == [("gym", None)]
         said = readmit("pickups", "location = 'gym' -- the late one")  # a comment ends its line
         assert "applied 1 (+1 -0)" in said, said
+        run_dbt(["test"])
+
+        # under WATERMARK: the readmit says what stays held, and holds nothing itself
+        assert _rows(project, f"select location from {schema}.held_pickups__late") == [("friend",)]
+        said = readmit("held_pickups", "true")
+        assert "applied 1 (+1 -0), late 0, held 1," in said, said
         run_dbt(["test"])
 
         # a bad `where` is refused before anything is written

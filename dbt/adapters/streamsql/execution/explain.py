@@ -22,6 +22,7 @@ from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.event_time.emit_final import final_columns, plan_name
 from dbt.adapters.streamsql.execution.event_time.rules import EventTimeRules
+from dbt.adapters.streamsql.execution.event_time.watermark import held_count
 from dbt.adapters.streamsql.execution.pipeline import input_views, inputs, plan_choice
 from dbt.adapters.streamsql.execution.plan_advice import (
     avoid_partial_recompute,
@@ -150,14 +151,6 @@ def next_choice(
     )
     step.first_step = inputs.first_read(last, read)
     return plan_choice.decide(ctx, decided, step, inputs.read_changes(ctx, read, last))
-
-
-def held_count(pending_table: str) -> str:
-    """The copies of changes `__pending` holds (docs/tables.md: its released step is NULL)."""
-    return (
-        f"SELECT COALESCE(SUM(abs(_streamsql_weight)), 0) AS n FROM {pending_table} "
-        "WHERE _streamsql_released_step IS NULL"
-    )
 
 
 # -- the text ----------------------------------------------------------------------------------

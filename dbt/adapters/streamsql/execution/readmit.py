@@ -27,6 +27,7 @@ from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing
 from dbt.adapters.streamsql.execution.engine.side_tables import SideTableSql, default_side_table_sql
 from dbt.adapters.streamsql.execution.engine.sql_session import SqlSession
 from dbt.adapters.streamsql.execution.event_time import readmit
+from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.pipeline import keys
 from dbt.adapters.streamsql.execution.shared.errors import StepError
 from dbt.adapters.streamsql.execution.shared.model import ModelSettings
@@ -134,6 +135,9 @@ def _readmit(ctx: StepContext, where: str, dry_run: bool) -> StepResult:
         f"the readmitted changes, netted, from {late_at}",
     )
     result.inserted, result.deleted = int(counts["inserts"]), int(counts["deletes"])
+    if ctx.delta_log.exists(model.table_name("__pending")):  # what WATERMARK holds, as it was
+        with ctx.role(f"the changes {model.pending_table} holds"):
+            result.held = int(ctx.session.query(wm.held_count(model.pending_table))[0]["n"])
     steps = (int(found["first_step"]), int(found["last_step"]))
     said = f"steps {steps[0]}-{steps[1]}" if steps[0] != steps[1] else f"step {steps[0]}"
     if result.deleted:

@@ -147,3 +147,11 @@ def ids_missing(pending_table: str) -> List[str]:
         f"ALTER TABLE {pending_table} ADD COLUMNS ({HELD_ID} string)",
         f"UPDATE {pending_table} SET {HELD_ID} = uuid() WHERE {HELD_ID} IS NULL",
     ]
+
+
+def held_count(pending_table: str) -> str:
+    """The copies of changes `__pending` holds (docs/tables.md: its released step is NULL)."""
+    return (
+        f"SELECT COALESCE(SUM(abs({WEIGHT})), 0) AS n FROM {pending_table} "
+        f"WHERE {RELEASED_STEP} IS NULL"
+    )
