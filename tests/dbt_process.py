@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Mapping, Optional
 
 import yaml
 
+from dbt.adapters.streamsql.execution.shared.errors import PAUSE_ENV
 from tests.conftest import SMALL_DATA_SETTINGS
 
 DBT = str(Path(sys.executable).with_name("dbt"))
@@ -73,6 +75,24 @@ class DbtProject:
             text=True,
             timeout=timeout,
         )
+
+    def dbt_held_at(self, point: str, marker: Path, *args: str) -> subprocess.Popen:
+        """`dbt_popen(*args)`, returned once its step waits at the checkpoint `point` (the
+        test-only STREAMSQL_TEST_PAUSE_AT, which writes `marker`), to be killed there."""
+        os.environ[PAUSE_ENV] = f"{point}:{marker}"
+        try:
+            process = self.dbt_popen(*args)
+        finally:
+            del os.environ[PAUSE_ENV]
+        deadline = time.monotonic() + 600
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not marker.exists():
+            process.kill()
+            said = process.communicate(timeout=60)[0]
+            raise AssertionError(f"dbt {' '.join(args)} never reached {point}:\n{said[-3000:]}")
+        marker.unlink()
+        return process
 
     def dbt_popen(self, *args: str) -> subprocess.Popen:
         """dbt in a process of its own, in a process group of its own (its JVM included), so

@@ -29,13 +29,11 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from dbt.adapters.streamsql.execution.shared.errors import PAUSE_ENV
 from dbt.adapters.streamsql.spark import warm_server
 from scripts.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3a_settings
 from tests.dbt_process import DbtProject
@@ -231,16 +229,7 @@ def test_object_store_server_killed_mid_step_loses_or_doubles_nothing(object_sto
     first = project.dbt("run", timeout=RUN_TIMEOUT)
     assert first.returncode == 0, first.stdout[-3000:]
 
-    marker = tmp_path / "paused"
-    os.environ[PAUSE_ENV] = f"after_commit:{marker}"
-    try:
-        held = project.dbt_popen("run")
-    finally:
-        del os.environ[PAUSE_ENV]
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while not marker.exists() and held.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert marker.exists(), held.communicate(timeout=60)[0][-3000:]
+    held = project.dbt_held_at("after_commit", tmp_path / "paused", "run")
     kill_server(paths)  # the model committed step 2, its side tables not written
     os.killpg(held.pid, signal.SIGKILL)
     held.communicate(timeout=120)

@@ -15,13 +15,11 @@ import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from dbt.tests.util import run_dbt, run_dbt_and_capture
 
-from dbt.adapters.streamsql.execution.shared.errors import PAUSE_ENV
 from dbt.adapters.streamsql.spark import warm_server
 from tests.dbt_process import DbtProject
 from tests.functional.test_kill import show
@@ -282,18 +280,11 @@ def killed_readmit(project: DbtProject, where: str, marker: Path) -> None:
     """A readmit of `where`, killed (SIGKILL, its process group) once its model commit landed
     and before it marks its rows of `__late`."""
     args = json.dumps({"model": "pickups", "where": where})
-    os.environ[PAUSE_ENV] = f"after_commit:{marker}"
-    try:
-        process = project.dbt_popen("run-operation", "streamsql_readmit", "--args", args)
-    finally:
-        del os.environ[PAUSE_ENV]
-    deadline = time.monotonic() + 300
-    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert marker.exists(), process.communicate(timeout=60)[0][-3000:]
+    process = project.dbt_held_at(
+        "after_commit", marker, "run-operation", "streamsql_readmit", "--args", args
+    )
     os.killpg(process.pid, signal.SIGKILL)
     process.communicate(timeout=60)
-    marker.unlink()
 
 
 def killed_between_commit_and_mark(project: DbtProject, marker: Path) -> None:
