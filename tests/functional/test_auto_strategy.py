@@ -55,6 +55,9 @@ MODELS = {
     ),
 }
 PLANS = {"by_k": "aggregate", "named_totals": "linear", "hourly": "aggregate"}
+# How a recompute `auto` chose writes each model: the query's rows as the whole table, or (for
+# LATENESS, which judges the change) the difference (rewrite_on_recompute)
+WHOLE = {"by_k": True, "named_totals": True, "hourly": False}
 STATEFUL = ("by_k", "named_totals", "hourly")  # an aggregate, or one below a join (a stage)
 MODELS_YML = "version: 2\nmodels:\n" + "".join(
     f"  - name: {name}\n    data_tests: [matches_recompute]\n" for name in MODELS
@@ -166,9 +169,14 @@ class TestAutoByCost:
                         assert "recomputed this step: recomputing is estimated at 1.00 s " in (
                             notes
                         ), (name, notes)
+                        # (the difference of a model this small is written whole too, as any
+                        # step's: rewrite_when_small, "rewrite")
+                        assert (response["write"] == "whole") == WHOLE[name], response
+                        assert ("wrote the model whole" in notes) == WHOLE[name], notes
                     else:
                         assert response["computed"] == "recompute", (name, response)
                         assert "its state tables lack the steps since step 2" in notes, notes
+                        assert response["write"] != "whole", response  # a recovery: the difference
                 for name in MODELS:
                     if name == "hourly":
                         continue  # its late row is in its quarantine: matches_recompute below
@@ -184,6 +192,8 @@ class TestAutoByCost:
                         f"model {name} differs from its query after step {step}:\n"
                         f"{bag_diff(name, expected, actual)}"
                     )
+                if step == 2:
+                    self.check_whole_write(project, compiled["by_k"])
                 late = project.run_sql(f"select count(*) from {schema}.hourly__late", fetch="one")[
                     0
                 ]
@@ -192,3 +202,25 @@ class TestAutoByCost:
                 assert len(tested) == len(MODELS), [r.node.name for r in tested]
         finally:
             set_costs(None)
+
+    @staticmethod
+    def check_whole_write(project, query: str) -> None:
+        """by_k's step 2 wrote the query's rows as its whole table: one overwrite, whose change
+        feed holds every row of the version before as a delete and every row after as an insert
+        (big_groups, which reads it, nets it: its rows are checked against its query above)."""
+        table = f"{project.test_schema}.by_k"
+        history = project.run_sql(f"describe history {table}", fetch="all")
+        newest = history[0].asDict()
+        assert newest["operation"] == "WRITE", newest
+        assert newest["operationParameters"]["mode"] == "Overwrite", newest
+        version = newest["version"]
+        feed = project.run_sql(
+            f"select _change_type, count(*) from table_changes('{table}', {version}, {version}) "
+            "group by _change_type",
+            fetch="all",
+        )
+        before = project.run_sql(
+            f"select count(*) from {table} version as of {version - 1}", fetch="one"
+        )[0]
+        after = len(project.run_sql(query, fetch="all"))
+        assert dict(map(tuple, feed)) == {"delete": before, "insert": after}, feed

@@ -1,7 +1,7 @@
 """Every config a step reads (configs.MODEL_CONFIGS with a `field`) reaches the step, set through
 `dbt_project.yml` (`+name:`) and set through `{{ config(...) }}` in the model file.
 
-One project, two `dbt run`s. Each route has the same three models, the configs split where they
+One project, three `dbt run`s. Each route has the same four models, the configs split where they
 cannot be combined (`CONFIGS`), with values that differ between the routes where the value shows:
 
 - `lin_*` (`select *`): lateness, max_future, unique_key, on_schema_change, partition_by,
@@ -10,6 +10,8 @@ cannot be combined (`CONFIGS`), with values that differ between the routes where
   final_state_retention;
 - `wm_*`: watermark, append_only, strategy (recompute), pending_retention. Only its first step
   is looked at (its second fails: append_only), whose result does not depend on the plan.
+- `rec_*` (a count by key): rewrite_on_recompute, on a step `auto` recomputes (a third run, whose
+  cost estimates the test sets: `STREAMSQL_TEST_STEP_COSTS`).
 
 Each config's check reads what the step did: the table's DESCRIBE DETAIL, the `__late` and
 `__pending` tables, the model's rows and change feed, the step's adapter response and step line,
@@ -28,6 +30,7 @@ from dbt.tests.util import run_dbt
 
 from dbt.adapters.streamsql.execution.commit import small_files
 from dbt.adapters.streamsql.execution.commit.record import StepRecord
+from dbt.adapters.streamsql.execution.pipeline.step_cost import TEST_COSTS_ENV
 from dbt.adapters.streamsql.execution.shared.configs import MODEL_CONFIGS
 from tests.functional.test_incremental_view_basics import by_name
 from tests.functional.test_side_tables_and_run_sql import SOURCES
@@ -40,6 +43,7 @@ QUERIES = {
     "fin": "select date_trunc('hour', ts) as hour, count(*) as n "
     "from {{ source('raw', 'events') }} where v >= 0 group by date_trunc('hour', ts)",
     "wm": "select id, ts, v from {{ source('raw', 'events') }} where v >= 0",
+    "rec": "select k, count(*) as n from {{ source('raw', 'events') }} group by k",
 }
 
 # model -> config -> (its value in dbt_project.yml, its value in config()); `{lake}` is a
@@ -72,6 +76,7 @@ CONFIGS = {
         "strategy": ("recompute", "recompute"),
         "pending_retention": ("forever", "1 day"),
     },
+    "rec": {"rewrite_on_recompute": (False, True)},
 }
 
 # What the values above make the steps do, per route.
@@ -99,6 +104,7 @@ STEP_2 = (
     "when matched and t.id = 4 then update set v = 40 when matched then delete",
 )
 SECOND_RUN = "lin_p lin_c wm_p wm_c"  # the models whose configs act on a later step
+THIRD_RUN = "rec_p rec_c"  # ... and on a step `auto` recomputes
 
 
 def route_configs(route: str, lake: str) -> dict:
@@ -161,7 +167,8 @@ class TestConfigsReachTheStep:
 
     @pytest.fixture(scope="class")
     def steps(self, project):
-        """Step 1 of every model, then step 2 of SECOND_RUN's: the run results of each."""
+        """Step 1 of every model, then step 2 of SECOND_RUN's, then step 2 of THIRD_RUN's,
+        which `auto` recomputes: the run results of each."""
         events = f"{project.test_schema}.events"
         project.run_sql(EVENTS.format(events=events))
         first = run_dbt(["run"])
@@ -171,7 +178,12 @@ class TestConfigsReachTheStep:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(small_files, "COMPACT_CHECK_EVERY", 1)
             patch.setattr(small_files, "COMPACT_ABOVE_FILES", 0)
-            return first, run_dbt(["run", "--select", SECOND_RUN], expect_pass=False)
+            second = run_dbt(["run", "--select", SECOND_RUN], expect_pass=False)
+        with pytest.MonkeyPatch.context() as patch:
+            # an incremental step estimated at 5 s, a rebuild at 1 s: auto recomputes
+            patch.setenv(TEST_COSTS_ENV, "5,1")
+            third = run_dbt(["run", "--select", THIRD_RUN])
+        return first, second, third
 
     @pytest.fixture(scope="class")
     def query(self, project, steps):
@@ -281,6 +293,18 @@ class TestConfigsReachTheStep:
         model = f"`{project.test_schema}`.`{name('lin', route)}`"
         assert (f"INSERT OVERWRITE {model} " in statements) == (route == "config"), statements
         assert (f"MERGE INTO {model} " in statements) == (route == "project"), statements
+
+    @pytest.mark.parametrize("route", ROUTES)
+    def test_rewrite_on_recompute(self, project, steps, route):
+        # off in dbt_project.yml: the recompute's difference applied; on (the default) in
+        # config(): the query's rows written as the whole table
+        response = by_name(steps[2], name("rec", route)).adapter_response
+        assert response["step"] == 2 and response["computed"] == "recompute", response
+        assert (response["write"] == "whole") == (route == "config"), response
+        statements = run_file(project, name("rec", route))
+        model = f"`{project.test_schema}`.`{name('rec', route)}`"
+        whole = f"INSERT OVERWRITE {model} (`k`, `n`) SELECT `k`, `n` FROM (SELECT k, n\nFROM ("
+        assert (whole in statements) == (route == "config"), statements[-3000:]
 
     @pytest.mark.parametrize("route", ROUTES)
     def test_final_state_retention(self, project, steps, route):

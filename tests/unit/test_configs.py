@@ -44,6 +44,7 @@ SET_VALUES = {
     "pending_retention": "2 days",
     "compact_files": False,
     "rewrite_when_small": False,
+    "rewrite_on_recompute": False,
 }
 
 
@@ -79,6 +80,7 @@ def test_every_config_the_step_reads_reaches_the_model_settings():
     assert forever.waterline_retention is None
     assert default.compact_files and not model.compact_files
     assert default.rewrite_when_small and not model.rewrite_when_small
+    assert default.rewrite_on_recompute and not model.rewrite_on_recompute
     assert model.pending_retention == 2 * 86400 and default.pending_retention == 30 * 86400
 
 

@@ -26,6 +26,11 @@ def reads_the_model_to_diff(statements) -> bool:
     return any("FROM `demo`.`m` VERSION AS OF" in s for s in statements)
 
 
+def writes_whole(statements) -> bool:
+    """The step wrote the query's rows as the model's whole table (rewrite_on_recompute)."""
+    return any(s.startswith("INSERT OVERWRITE `demo`.`m` ") for s in statements)
+
+
 def test_strategy_recompute_recomputes_every_step_and_keeps_no_state():
     session = session_with_source(MIB)
     settings = ModelSettings(name="m", schema="demo", identifier="m", strategy="recompute")
@@ -67,7 +72,10 @@ def test_a_stateless_step_recomputes_when_its_change_is_as_large_as_its_inputs(
     start = len(session.statements)
     result = run_step(session, settings, LINEAR)
     assert result.plan == "linear"  # the model's plan; the step's choice is a note
-    assert reads_the_model_to_diff(session.statements[start:]) == recomputed
+    # a recompute writes the query's rows as the whole table (rewrite_on_recompute)
+    assert not reads_the_model_to_diff(session.statements[start:])
+    assert writes_whole(session.statements[start:]) == recomputed
+    assert result.write == ("whole" if recomputed else "")
     notes = [note for note in result.notes if note.startswith("recomputed this step")]
     assert bool(notes) == recomputed
     switch = "it recomputes the model instead of running its linear plan (strategy: auto): "
@@ -77,7 +85,8 @@ def test_a_stateless_step_recomputes_when_its_change_is_as_large_as_its_inputs(
     )
     assert (switch + weighed in explained) == recomputed, explained
     if recomputed:
-        assert notes[0] == f"recomputed this step: {weighed}"
+        assert notes[0] == f"recomputed this step: {weighed}; wrote the model whole"
+        assert "it writes the query's rows as the whole table (rewrite_on_recompute)" in explained
         assert result.log_line().endswith(notes[0])
     elif strategy == "auto":
         assert (
@@ -87,6 +96,27 @@ def test_a_stateless_step_recomputes_when_its_change_is_as_large_as_its_inputs(
         ) in explained, explained
     else:
         assert "strategy: auto" not in explained, explained
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"rewrite_on_recompute": False}, {"unique_key": ["id"]}, {"append_only": True}],
+)
+def test_a_recompute_writes_the_difference_where_the_model_needs_it(config):
+    """`unique_key` and `append_only` check the change, and `rewrite_on_recompute: false` asks
+    for it: those recomputes net the query's rows against the table and write the difference."""
+    session = session_with_source(100 * MIB)
+    settings = configs.model_settings("m", "demo", config, full_refresh=False)
+    run_step(session, settings, LINEAR)
+    session.append_to("demo.src", size_bytes=150 * MIB)
+    explained = " ".join(explain_model(session, settings, LINEAR).split())
+    start = len(session.statements)
+    result = run_step(session, settings, LINEAR)
+    assert result.computed == "recompute" and result.write == ""
+    assert reads_the_model_to_diff(session.statements[start:])
+    assert not writes_whole(session.statements[start:])
+    assert not any(note.endswith("wrote the model whole") for note in result.notes)
+    assert "it applies the difference to the model's table" in explained, explained
 
 
 def test_a_plan_with_state_keeps_its_plan_whatever_the_change():
@@ -188,10 +218,11 @@ def test_auto_recomputes_a_model_with_state_while_that_is_cheaper_then_rebuilds_
         "the costs of its recorded steps)"
     )
     assert fifth.plan == "aggregate" and fifth.computed == "recompute"
-    assert f"recomputed this step: {because}" in fifth.notes
+    assert f"recomputed this step: {because}; wrote the model whole" in fifth.notes
     switch = "it recomputes the model instead of running its aggregate plan (strategy: auto): "
     assert switch + because in explained, explained
-    assert reads_the_model_to_diff(session.statements[start:])
+    assert writes_whole(session.statements[start:])
+    assert not reads_the_model_to_diff(session.statements[start:])
     assert not writes_state(session.statements[start:])  # its state falls behind
     assert model_record(session).state_behind_since == 5
     took(session, 6.0)  # the recompute cost more than an incremental step: back to it
@@ -229,7 +260,8 @@ def test_a_plan_without_state_recomputes_once_to_price_a_rebuild():
     assert third.computed == "recompute"
     assert (
         "recomputed this step: no step has recomputed the model yet and an incremental step is "
-        "estimated at 5.00 s, so this one recomputes, to learn what that costs"
+        "estimated at 5.00 s, so this one recomputes, to learn what that costs; wrote the model "
+        "whole"
     ) in third.notes, third.notes
     took(session, 9.0)  # dearer: back to the plan, which has no state to rebuild
     session.append_to("demo.src", size_bytes=MIB)
@@ -248,3 +280,19 @@ def test_auto_weighs_costs_only_over_large_inputs_and_incremental_never(input_mi
     took(session, 9.0)
     session.append_to("demo.src", size_bytes=MIB)
     assert run_step(session, settings, AGGREGATE).computed == "aggregate"
+
+
+def test_a_recompute_plan_carries_the_query_rows_it_may_write_whole():
+    from dbt.adapters.streamsql.planning.plan import Column, InputTable
+    from dbt.adapters.streamsql.planning.planner import recompute_plan
+
+    inputs = [InputTable("demo.src", [Column(n, t) for n, t in SRC])]
+    columns = [Column("k", "bigint"), Column("n", "bigint")]
+    plan = recompute_plan(AGGREGATE, inputs, columns, "a test")
+    assert plan.rows_sql is not None and "_streamsql_weight" not in plan.rows_sql
+    assert plan.rows_sql == (
+        "SELECT k, n\nFROM (\nselect k, count(*) as n from __streamsql_new_0__ AS src group by k"
+        "\n) AS _streamsql_model(k, n)"
+    )
+    # a recovery's change is not the query minus the table: nothing to write whole
+    assert recompute_plan(AGGREGATE, inputs, columns, "a test", change_sql="x").rows_sql is None

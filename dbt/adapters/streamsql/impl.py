@@ -78,7 +78,9 @@ class StepResponse(AdapterResponse):
     waterline: Optional[Dict[str, Optional[str]]] = None
     seconds: float = 0.0
     notes: Optional[List[str]] = None  # a recovery, a retention warning, an ignored column
-    write: str = ""  # "rewrite": the model written whole (StepResult.write); "" the usual way
+    # "rewrite": a small model written whole; "whole": a recompute's rows written as the
+    # table (StepResult.write); "" the usual way
+    write: str = ""
 
 
 def model_settings(

@@ -431,9 +431,14 @@ def choice_lines(choice: StepChoice, model: ModelSettings) -> List[str]:
             "applies the difference, instead of reading the inputs' changes"
         ]
     if choice.because:
+        written = (
+            "; it writes the query's rows as the whole table (rewrite_on_recompute)"
+            if choice.whole
+            else "; it applies the difference to the model's table"
+        )
         return [
             f"it recomputes the model instead of running its {kind} plan (strategy: auto): "
-            f"{choice.because}"
+            f"{choice.because}{written}"
         ]
     if model.strategy != "auto" or kind == "recompute":
         return []

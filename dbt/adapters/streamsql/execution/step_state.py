@@ -72,6 +72,9 @@ class StepChoice:
     costs: Dict[str, List[float]] = field(default_factory=dict)
     incremental_seconds: Optional[float] = None
     rebuild_seconds: Optional[float] = None
+    # The recompute writes the query's rows as the whole table instead of their difference
+    # with it (plan_choice.writes_whole).
+    whole: bool = False
 
     @property
     def note(self) -> str:
@@ -81,4 +84,8 @@ class StepChoice:
                 f"recovered ({self.because}): recomputed the model from its inputs and applied "
                 "the difference"
             )
-        return f"recomputed this step: {self.because}" if self.because else ""
+        if not self.because:
+            return ""
+        return f"recomputed this step: {self.because}" + (
+            "; wrote the model whole" if self.whole else ""
+        )

@@ -234,6 +234,10 @@ class StepPlan:
     later_monotonic: bool = False
     # linear: an `ORDER BY ... LIMIT k` at the top whose step record keeps rows below its cut.
     top_k: Optional[GlobalTopKPlan] = None
+    # recompute: the model's rows over the new inputs, without weights, for a step that writes
+    # the model whole instead of its difference (planner.recompute_plan); None where the change
+    # is not the query minus the table (a recovery's).
+    rows_sql: Optional[str] = None
 
     @property
     def keeps_state(self) -> bool:

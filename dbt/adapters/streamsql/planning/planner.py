@@ -42,7 +42,7 @@ from dbt.adapters.streamsql.planning.plan import (
     StagePlan,
     StepPlan,
 )
-from dbt.adapters.streamsql.planning.recompute import recompute_change_sql
+from dbt.adapters.streamsql.planning.recompute import recompute_change_sql, recompute_rows_sql
 from dbt.adapters.streamsql.planning.scalar_subqueries import rewrite as rewrite_scalar_subqueries
 from dbt.adapters.streamsql.planning.set_operations import rewrite as rewrite_set_operations
 from dbt.adapters.streamsql.planning.stage_lateness import (
@@ -323,18 +323,21 @@ def recompute_plan(
 
     `change_sql`: the change, when it is not the query over the new inputs minus the model's
     table (planning/recompute.py); a recovery's adds what LATENESS and WATERMARK set aside."""
+    rows_sql = None
     if change_sql is None:
         try:
             query: Optional[exp.Query] = parse_query(sql)
         except RecomputeRequired:
             query = None
         change_sql = recompute_change_sql(sql, query, tuple(inputs), tuple(output_columns))
+        rows_sql = recompute_rows_sql(sql, query, tuple(inputs), tuple(output_columns))
     return StepPlan(
         kind="recompute",
         reason=f"recompute: {why}",
         inputs=tuple(inputs),
         output_columns=tuple(output_columns),
         change_sql=change_sql,
+        rows_sql=rows_sql,
     )
 
 

@@ -37,11 +37,7 @@ def recompute_change_sql(
     `query` is the parsed model, or None when sqlglot could not parse it (input references are
     then found by tokens).
     """
-    if query is not None:
-        model = bind_text(sql, query, inputs, new_input)
-    else:
-        model = _bind_text_by_tokens(sql, inputs)
-    columns = ", ".join(exp.to_identifier(c.name).sql(DIALECT) for c in output_columns)
+    model, columns = _model_over_new_inputs(sql, query, inputs, output_columns)
     # The model text is embedded verbatim: its own line, so a trailing `--` comment ends there.
     return (
         f"SELECT {columns}, CAST(1 AS BIGINT) AS {WEIGHT}\n"
@@ -50,6 +46,33 @@ def recompute_change_sql(
         f"SELECT {columns}, CAST(-1 AS BIGINT) AS {WEIGHT}\n"
         f"FROM {TARGET}"
     )
+
+
+def recompute_rows_sql(
+    sql: str,
+    query: Optional[exp.Query],
+    inputs: Sequence[InputTable],
+    output_columns: Sequence[Column],
+) -> str:
+    """The model's rows over the new inputs, without weights: what a step that writes the
+    model whole writes (`recompute_change_sql`'s first half)."""
+    model, columns = _model_over_new_inputs(sql, query, inputs, output_columns)
+    return f"SELECT {columns}\nFROM (\n{model}\n) AS _streamsql_model({columns})"
+
+
+def _model_over_new_inputs(
+    sql: str,
+    query: Optional[exp.Query],
+    inputs: Sequence[InputTable],
+    output_columns: Sequence[Column],
+) -> Tuple[str, str]:
+    """The model's text with its inputs' new placeholders, and its output column list."""
+    if query is not None:
+        model = bind_text(sql, query, inputs, new_input)
+    else:
+        model = _bind_text_by_tokens(sql, inputs)
+    columns = ", ".join(exp.to_identifier(c.name).sql(DIALECT) for c in output_columns)
+    return model, columns
 
 
 _NAME_TOKENS = (TokenType.VAR, TokenType.IDENTIFIER)

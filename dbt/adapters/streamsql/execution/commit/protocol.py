@@ -46,7 +46,7 @@ from dbt.adapters.streamsql.execution.event_time import lateness as late
 from dbt.adapters.streamsql.execution.event_time import watermark as wm
 from dbt.adapters.streamsql.execution.shared.errors import StepError
 from dbt.adapters.streamsql.execution.shared.lateness_rule import LatenessRule
-from dbt.adapters.streamsql.execution.shared.result import WRITE_REWRITE
+from dbt.adapters.streamsql.execution.shared.result import WRITE_REWRITE, WRITE_WHOLE
 from dbt.adapters.streamsql.execution.shared.writes import (
     LATE,
     PENDING,
@@ -103,7 +103,12 @@ def commit_step(
     """
     previous, record, result, writes = step.previous, step.record, step.result, step.writes
     ranges: List[str] = []
-    if not change.appends:
+    if change.whole:
+        # every row out, the query's rows in: counted by the table's statistics before and
+        # the commit after (Delta answers a COUNT(*) from its files' statistics)
+        with ctx.role("count the model's rows before it is written whole"):
+            result.deleted = int(ctx.session.query(sql.count_rows(ctx.model.target))[0]["n"])
+    elif not change.appends:
         # The change's counts and key ranges (`bounds.change_measures`): measured by the pass
         # that computed the change where it could, else one query.
         wanted = change_measures(columns, key, step.first_step)
@@ -300,12 +305,13 @@ def commit_model(
 ) -> None:
     """The model's change and `step`'s record, in one idempotent Delta commit.
 
-    A blind INSERT when nothing is deleted (the change as it is when it only appends: its
-    commit counts it); a MERGE by key for a model that holds one row per key; otherwise a MERGE
-    that matches whole rows (`model_writes.merge_change`); a metadata-only commit when nothing
-    changes. Then checks that the commit is this run's. `bounds`: predicates over the model
-    (alias `t`) that every row the change touches meets (the rows LATENESS keeps open, the
-    change's key ranges), for a MERGE.
+    The query's rows as the whole table, for a recompute that writes it whole (its commit
+    counts them); a blind INSERT when nothing is deleted (the change as it is when it only
+    appends: its commit counts it); a MERGE by key for a model that holds one row per key;
+    otherwise a MERGE that matches whole rows (`model_writes.merge_change`); a metadata-only
+    commit when nothing changes. Then checks that the commit is this run's. `bounds`:
+    predicates over the model (alias `t`) that every row the change touches meets (the rows
+    LATENESS keeps open, the change's key ranges), for a MERGE.
 
     The change a MERGE by key reads is checkpointed already in the embedded session: Delta need
     not copy it again first (`MATERIALIZE_SOURCE`).
@@ -317,7 +323,12 @@ def commit_model(
     no_copy = [(MATERIALIZE_SOURCE, "none")] if ctx.session.local_checkpoints() else []
     if result.deleted and not change.appends and small_table(ctx, ctx.model.target_name):
         settings.append((PERSISTENT_DELETION_VECTORS, "false"))
-    if change.appends:
+    if change.whole:
+        statement = model_writes.write_whole(target, net, columns)
+        settings = [(PARTITION_OVERWRITE, "static")]  # every partition, as `rewrite` does
+        result.write = WRITE_WHOLE
+        role = f"write the model {target} whole: the query's rows"
+    elif change.appends:
         statement = sql.append_change(target, net, columns)
         role = f"append the change to the model {target}"
     elif result.deleted and rewrite_whole(ctx, columns):
@@ -365,7 +376,7 @@ def commit_model(
             f"Model {ctx.model.name}: another run completed step {record.step} at the same "
             "time; this run applied nothing. The model is consistent; run again to continue."
         )
-    if change.appends:
+    if change.appends or change.whole:
         ours = next(
             commit for commit in commits if StepRecord.from_json(commit.user_metadata) == committed
         )

@@ -1,5 +1,6 @@
 """The statements that write a step's change into the model: a MERGE of whole rows, a MERGE by
-key, or, for a small model, the whole table written again (commit/protocol.py chooses)."""
+key, for a small model the whole table written again, or a recompute's rows written as the
+whole table (commit/protocol.py chooses)."""
 
 from __future__ import annotations
 
@@ -153,3 +154,10 @@ def rewrite_change(target: str, net_view: str, columns: Sequence[Column]) -> str
 def rewrite(target: str, columns: Sequence[Column], rows: str) -> str:
     cols = column_list(columns)
     return f"INSERT OVERWRITE {target} ({cols}) SELECT /*+ COALESCE(1) */ {cols} FROM ({rows})"
+
+
+def write_whole(target: str, rows: str, columns: Sequence[Column]) -> str:
+    """The model's rows `rows` (no weights) written as its whole table, in as many files as
+    the query makes, as dbt's `table` writes them."""
+    cols = column_list(columns)
+    return f"INSERT OVERWRITE {target} ({cols}) SELECT {cols} FROM {rows}"

@@ -302,6 +302,17 @@ def recompute_change(
     )
 
 
+def whole_change(ctx: StepContext, plan: StepPlan) -> ModelChange:
+    """The model's rows after the step, written as its whole table (plan_choice.writes_whole):
+    the query over the new inputs, not netted against the table."""
+    rows = plan.rows_sql or ""
+    return ModelChange(
+        inline(ctx.bindings.bind(rows)),
+        reads=ctx.bindings.reads(rows),
+        whole=True,
+    )
+
+
 def state_read(
     step: StepState,
     state: str,

@@ -18,7 +18,9 @@ incremental` keeps it always. Under `auto`, the default, a step of a plan withou
 linear plan without stages) recomputes instead when the log says its inputs changed about as
 much as they hold (RECOMPUTE_SHARE of their bytes or more: a reload, a rewrite): then the
 incremental plan reads and nets a change the size of the inputs, where a recompute reads them
-once. Both write only the difference to the model, so its change feed is the same either way.
+once. A recompute `auto` chose writes the query's rows as the whole table (`writes_whole`,
+config `rewrite_on_recompute`) unless the model needs the difference; a recovery writes the
+difference.
 Under `auto` a step of any plan (but emit_final's, whose table holds only final groups) also
 recomputes when the model's recorded step costs (step_cost.py) estimate a rebuild under
 REBUILD_SHARE of an incremental step, and stays with it while it is estimated the cheaper;
@@ -193,7 +195,29 @@ def decide(
         )
     # under on_schema_change 'ignore' a recompute reads the model's table with the query's
     # columns: the table gets those it lacks, as NULL
-    return dataclasses.replace(choice, plan=lost_history.padded(plan, columns), because=because)
+    return dataclasses.replace(
+        choice,
+        plan=lost_history.padded(plan, columns),
+        because=because,
+        whole=bool(because) and writes_whole(ctx.model, decided, plan, columns),
+    )
+
+
+def writes_whole(
+    model: ModelSettings, decided: ModelPlan, plan: StepPlan, columns: Sequence[Column]
+) -> bool:
+    """Whether a step `auto` recomputes (`plan`) writes the query's rows as the whole table, one
+    INSERT OVERWRITE as dbt's `table` writes it, instead of netting them against the table and
+    applying the difference: `rewrite_on_recompute` on, and nothing that needs the difference
+    (LATENESS and WATERMARK judge it; `unique_key` and `append_only` check it), and the table's
+    columns the query's (under on_schema_change 'ignore' the table may lack some)."""
+    if not model.rewrite_on_recompute or model.append_only or model.emit_final:
+        return False
+    if decided.unique or decided.rules.lateness or decided.rules.watermark:
+        return False
+    if plan.kind != "recompute" or plan.rows_sql is None:
+        return False
+    return [c.name.lower() for c in columns] == [c.name.lower() for c in plan.output_columns]
 
 
 def auto_reason(model: ModelSettings, step: StepState, choice: StepChoice, forced: bool) -> str:

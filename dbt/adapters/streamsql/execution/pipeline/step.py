@@ -303,6 +303,8 @@ def compute_step(
     elif plan.kind == "linear":
         keep_buffer = not (rules.lateness or rules.watermark)
         model_change = change.linear_change(ctx, step, plan, keep_buffer)
+    elif choice.whole:
+        model_change = change.whole_change(ctx, plan)
     else:
         # a recovery's plan takes out what LATENESS and WATERMARK set aside already
         written = adjusted.columns if adjusted.original is None else None

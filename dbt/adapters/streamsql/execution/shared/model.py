@@ -164,6 +164,14 @@ class ModelSettings:
         "writes the table whole, in one `INSERT OVERWRITE` into one file, instead of a `MERGE`",
         default=True,
     )
+    # for a step `strategy: auto` recomputes (pipeline/plan_choice.py `writes_whole`)
+    rewrite_on_recompute: bool = setting(
+        BOOLEAN,
+        NEXT_STEP,
+        "writes the query's rows as the whole table, in one `INSERT OVERWRITE`, instead of "
+        "their difference with it",
+        default=True,
+    )
 
     @property
     def storage_properties(self) -> Dict[str, str]:

@@ -7,6 +7,8 @@ from typing import Dict, List, Optional
 
 # What the step line and adapter_response say of a model written whole (commit/protocol.py).
 WRITE_REWRITE = "rewrite"
+# ... and of a recompute's rows written as the whole table (pipeline/plan_choice.writes_whole).
+WRITE_WHOLE = "whole"
 
 
 @dataclass
@@ -30,7 +32,8 @@ class StepResult:
     # run that was not a step.
     computed: str = ""
     # How the step wrote the model when not the usual way (an append or a MERGE):
-    # WRITE_REWRITE (commit/protocol.py: a small model written whole); "" otherwise.
+    # WRITE_REWRITE (commit/protocol.py: a small model written whole), WRITE_WHOLE (a
+    # recompute's rows written as the table); "" otherwise.
     write: str = ""
     # What the step line adds: a recovery, a retention warning, an ignored column.
     notes: List[str] = field(default_factory=list)

@@ -31,14 +31,17 @@ class ModelChange:
     """The model's change: weighted rows (plan.py) in `relation`, a view or an inline SELECT.
 
     `appends`: every row has weight +1 and the rows are not netted (the change of a monotonic
-    query over inserts only): it is appended as it is, and counted by its commit. `reads`: what
-    an inline `relation` reads, for the statement log ("the changes of demo.src versions
-    3..5").
+    query over inserts only): it is appended as it is, and counted by its commit. `whole`:
+    `relation` is the model's rows after the step, without weights (a recompute that writes
+    the model whole: pipeline/plan_choice.py `writes_whole`); its commit replaces every row.
+    `reads`: what an inline `relation` reads, for the statement log ("the changes of demo.src
+    versions 3..5").
     """
 
     relation: str
     appends: bool = False
     reads: str = ""
+    whole: bool = False
 
 
 @dataclass
