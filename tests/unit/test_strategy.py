@@ -191,7 +191,8 @@ def test_step_costs_are_sampled_from_the_step_before():
 
 def test_auto_recomputes_a_model_with_state_while_that_is_cheaper_then_rebuilds_its_state():
     session = session_with_source(100 * MIB)
-    settings = ModelSettings(name="m", schema="demo", identifier="m")
+    # a recompute writes the difference: it costs more than a rebuild, so no step explores
+    settings = ModelSettings(name="m", schema="demo", identifier="m", rewrite_on_recompute=False)
     run_step(session, settings, AGGREGATE)
     took(session, 2.0)  # a first step builds the state tables too: no rebuild's price
     for _ in range(2):
@@ -218,11 +219,10 @@ def test_auto_recomputes_a_model_with_state_while_that_is_cheaper_then_rebuilds_
         "the costs of its recorded steps)"
     )
     assert fifth.plan == "aggregate" and fifth.computed == "recompute"
-    assert f"recomputed this step: {because}; wrote the model whole" in fifth.notes
+    assert f"recomputed this step: {because}" in fifth.notes
     switch = "it recomputes the model instead of running its aggregate plan (strategy: auto): "
     assert switch + because in explained, explained
-    assert writes_whole(session.statements[start:])
-    assert not reads_the_model_to_diff(session.statements[start:])
+    assert reads_the_model_to_diff(session.statements[start:])
     assert not writes_state(session.statements[start:])  # its state falls behind
     assert model_record(session).state_behind_since == 5
     took(session, 6.0)  # the recompute cost more than an incremental step: back to it
@@ -244,6 +244,41 @@ def test_auto_recomputes_a_model_with_state_while_that_is_cheaper_then_rebuilds_
     seventh = run_step(session, settings, AGGREGATE)
     # the recovery's cost (6 s) is the rebuild's now: the incremental plan again
     assert seventh.computed == "aggregate" and not seventh.notes, seventh.notes
+
+
+@pytest.mark.parametrize("input_mib, explores", [(100, True), (10_000, False)])
+def test_a_plan_with_state_whose_recompute_writes_whole_explores_unless_its_inputs_are_large(
+    input_mib, explores
+):
+    """Writing the query's rows whole, a recompute costs about a rebuild: a plan with state
+    recomputes once to price it, unless a rebuild could not read its inputs in an incremental
+    step's time (EXPLORE_SCAN_BYTES_PER_SECOND); it stays while that is the cheaper."""
+    session = session_with_source(input_mib * MIB)
+    settings = ModelSettings(name="m", schema="demo", identifier="m")
+    run_step(session, settings, AGGREGATE)
+    took(session, 9.0)  # a first step builds the state tables too: no rebuild's price
+    session.append_to("demo.src", size_bytes=MIB)
+    assert run_step(session, settings, AGGREGATE).computed == "aggregate"
+    took(session, 5.0)  # an incremental step
+    session.append_to("demo.src", size_bytes=MIB)
+    start = len(session.statements)
+    third = run_step(session, settings, AGGREGATE)
+    if not explores:
+        assert third.computed == "aggregate" and not third.notes, third.notes
+        return
+    assert third.computed == "recompute" and third.write == "whole"
+    assert writes_whole(session.statements[start:])
+    assert (
+        "recomputed this step: no step has recomputed the model yet and an incremental step is "
+        "estimated at 5.00 s, so this one recomputes, to learn what that costs; wrote the model "
+        "whole"
+    ) in third.notes, third.notes
+    assert model_record(session).state_behind_since == 3
+    took(session, 1.0)  # cheaper: it stays
+    session.append_to("demo.src", size_bytes=MIB)
+    fourth = run_step(session, settings, AGGREGATE)
+    assert fourth.computed == "recompute" and fourth.write == "whole", fourth.notes
+    assert "recomputed this step: recomputing is estimated at 1.01 s" in fourth.notes[0]
 
 
 def test_a_plan_without_state_recomputes_once_to_price_a_rebuild():

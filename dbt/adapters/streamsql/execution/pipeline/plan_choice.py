@@ -24,8 +24,9 @@ difference.
 Under `auto` a step of any plan (but emit_final's, whose table holds only final groups) also
 recomputes when the model's recorded step costs (step_cost.py) estimate a rebuild under
 REBUILD_SHARE of an incremental step, and stays with it while it is estimated the cheaper;
-with no price of a rebuild recorded yet, a step of a plan without state whose incremental
-estimate is EXPLORE_SECONDS or more recomputes once to price it. A
+with no price of a rebuild recorded yet, a step whose incremental estimate is EXPLORE_SECONDS
+or more recomputes once to price it (a plan with state only where its recompute writes the
+table whole and its inputs are not large: EXPLORE_SCAN_BYTES_PER_SECOND). A
 plan with state writes no state while it recomputes (the record says since when:
 `state_behind_since`); the next step that runs the plan first rebuilds its state tables from the
 inputs, as a recovery. The choice, and the sizes and estimates it was made on, go into the step
@@ -70,6 +71,12 @@ MIN_COST_INPUT_BYTES = 16 * 2**20
 # which can cost many incremental steps, and its first step, which builds them, prices nothing;
 # it recomputes by cost once some recompute (a recovery) has priced it.
 EXPLORE_SECONDS = 1.0
+# ... unless its recompute writes the table whole (writes_whole): then the recompute costs about
+# a rebuild, and staying with it while it is the cheaper needs no state. It explores only when a
+# rebuild reading its inputs at this rate (more than one Spark driver reads Delta at) would be
+# quicker than an incremental step, so that a model whose inputs are large, which would pay a
+# rebuild of its state to come back, does not try.
+EXPLORE_SCAN_BYTES_PER_SECOND = 512 * 2**20
 
 
 @dataclass
@@ -169,7 +176,8 @@ def decide(
         incremental_seconds=estimated.incremental,
         rebuild_seconds=estimated.rebuild,
     )
-    because = "" if reasons else auto_reason(ctx.model, step, choice, estimated.forced)
+    whole = writes_whole(ctx.model, decided, columns)
+    because = "" if reasons else auto_reason(ctx.model, step, choice, estimated.forced, whole)
     if not reasons and not because and previous.state_behind_since is not None:
         reasons = [
             f"its state tables lack the steps since step {previous.state_behind_since}, which "
@@ -199,31 +207,31 @@ def decide(
         choice,
         plan=lost_history.padded(plan, columns),
         because=because,
-        whole=bool(because) and writes_whole(ctx.model, decided, plan, columns),
+        whole=bool(because) and whole and plan.rows_sql is not None,
     )
 
 
-def writes_whole(
-    model: ModelSettings, decided: ModelPlan, plan: StepPlan, columns: Sequence[Column]
-) -> bool:
-    """Whether a step `auto` recomputes (`plan`) writes the query's rows as the whole table, one
-    INSERT OVERWRITE as dbt's `table` writes it, instead of netting them against the table and
+def writes_whole(model: ModelSettings, decided: ModelPlan, columns: Sequence[Column]) -> bool:
+    """Whether a step `auto` recomputes writes the query's rows as the whole table, one INSERT
+    OVERWRITE as dbt's `table` writes it, instead of netting them against the table and
     applying the difference: `rewrite_on_recompute` on, and nothing that needs the difference
     (LATENESS and WATERMARK judge it; `unique_key` and `append_only` check it), and the table's
-    columns the query's (under on_schema_change 'ignore' the table may lack some)."""
+    columns (`columns`) the query's (under on_schema_change 'ignore' the table may lack some)."""
     if not model.rewrite_on_recompute or model.append_only or model.emit_final:
         return False
     if decided.unique or decided.rules.lateness or decided.rules.watermark:
         return False
-    if plan.kind != "recompute" or plan.rows_sql is None:
-        return False
-    return [c.name.lower() for c in columns] == [c.name.lower() for c in plan.output_columns]
+    query = decided.plan.output_columns
+    return [c.name.lower() for c in columns] == [c.name.lower() for c in query]
 
 
-def auto_reason(model: ModelSettings, step: StepState, choice: StepChoice, forced: bool) -> str:
+def auto_reason(
+    model: ModelSettings, step: StepState, choice: StepChoice, forced: bool, whole: bool = False
+) -> str:
     """Why `auto` recomputes this step instead of running the model's plan; "" when it does
     not. `choice`: the model's plan, with the sizes and estimates weighed; `forced`: the
-    estimates are a test's (step_cost.TEST_COSTS_ENV), taken whatever the inputs' size."""
+    estimates are a test's (step_cost.TEST_COSTS_ENV), taken whatever the inputs' size;
+    `whole`: a recompute would write the table whole (`writes_whole`)."""
     plan, change_bytes, input_bytes = choice.model_plan, choice.change_bytes, choice.input_bytes
     if model.strategy != "auto" or plan.kind == "recompute" or step.first_step:
         return ""
@@ -239,8 +247,13 @@ def auto_reason(model: ModelSettings, step: StepState, choice: StepChoice, force
     if not forced and (input_bytes is None or input_bytes < MIN_COST_INPUT_BYTES):
         return ""
     if rebuild is None:
-        # (a model with state would pay a rebuild of its state to come back: not to explore)
-        if incremental < EXPLORE_SECONDS or plan.keeps_state:
+        if incremental < EXPLORE_SECONDS:
+            return ""
+        # a model with state would pay a rebuild of its state to come back: it explores only
+        # where its recompute is about a rebuild's cost and a rebuild may be the cheaper
+        if plan.keeps_state and not (
+            whole and (input_bytes or 0) / EXPLORE_SCAN_BYTES_PER_SECOND < incremental
+        ):
             return ""
         return (
             f"no step has recomputed the model yet and an incremental step is estimated at "
