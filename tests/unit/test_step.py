@@ -404,6 +404,27 @@ def test_a_step_over_small_tables_runs_without_adaptive_planning_and_code_genera
     assert session.conf == {}  # nothing left set after the step
 
 
+def test_a_step_that_reads_its_inputs_in_full_keeps_spark_planning_over_a_few_mib():
+    """Inputs small for a step of changes but above SMALL_FULL_READ_BYTES: the first step, which
+    reads them in full, computes with Spark's own planning; the next, a step of changes, not."""
+    session = new_session()
+    session.free_snapshots = True
+    session.tables["demo.src"].size_bytes = 4 * small_step.SMALL_FULL_READ_BYTES
+    keys = [key for key, _ in small_step.SMALL_STEP_SETTINGS]
+    run_step(session, model("agg"), AGGREGATE)
+    first = roles(session, 0)
+    computed = first.index("materialize group_delta")
+    assert all(f"reset {key}" in first[:computed] for key in keys), first
+    assert not any(r.startswith("set spark.sql.codegen") for r in first[computed:]), first
+    session.append_to("demo.src")
+    start = len(session.statements)
+    run_step(session, model("agg"), AGGREGATE)
+    later = roles(session, start)
+    computed = later.index("materialize group_delta")
+    assert all(f"set {key}" in later[:computed] for key in keys), later
+    assert not any(r.startswith("reset spark.sql.codegen") for r in later[:computed]), later
+
+
 def test_when_a_state_table_is_due_for_compaction():
     assert not tables.due_for_compaction(100, 99_999, 19)
     assert not tables.due_for_compaction(100, 100_000, 19)

@@ -12,13 +12,14 @@ of a few MiB cannot use.
 So when every input and the model's table are known to be small (their sizes from the Delta
 checksum files the reader gets without a statement: `DeltaLogReader.free_snapshots`), the step
 runs with `SMALL_STEP_SETTINGS` in its own session and resets them when it ends
-(bench/fixed_cost.py measures it). Over a Thrift Server, where sizes cost a statement, steps run
-with the server's settings.
+(bench/fixed_cost.py measures it). A step that reads its inputs in full moves every row, not a
+few: it keeps them only over inputs of at most SMALL_FULL_READ_BYTES (`reads_in_full`). Over a
+Thrift Server, where sizes cost a statement, steps run with the server's settings.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from dbt.adapters.streamsql.execution.context import StepContext
 from dbt.adapters.streamsql.execution.engine.delta_log import TableMissing
@@ -26,6 +27,10 @@ from dbt.adapters.streamsql.execution.shared.input_state import InputState
 
 # A step is small when its inputs and its model's table hold at most this many bytes together.
 SMALL_STEP_BYTES = 64 * 2**20
+# ... and a step that reads its inputs in full (a first step, a recompute, a recovery) only when
+# they hold at most this many: such a step moves every row, and over more rows than this
+# interpreted plans cost more than compiling them.
+SMALL_FULL_READ_BYTES = 8 * 2**20
 SMALL_STEP_SETTINGS = (
     ("spark.sql.adaptive.enabled", "false"),
     ("spark.sql.codegen.wholeStage", "false"),
@@ -51,6 +56,13 @@ def enter(ctx: StepContext, read: Sequence[InputState]) -> None:
     if small_step(ctx, read):
         ctx.session.set_confs(SMALL_STEP_SETTINGS)
         ctx.small = True
+
+
+def reads_in_full(ctx: StepContext, input_bytes: Optional[int]) -> None:
+    """The step reads its inputs in full (`input_bytes` of them; None: not known): back to
+    Spark's own planning unless they are at most SMALL_FULL_READ_BYTES."""
+    if ctx.small and (input_bytes is None or input_bytes > SMALL_FULL_READ_BYTES):
+        leave(ctx)
 
 
 def leave(ctx: StepContext) -> None:

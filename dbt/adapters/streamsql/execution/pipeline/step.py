@@ -283,6 +283,8 @@ def compute_step(
     choice = plan_choice.decide(ctx, decided, step, changes)
     adjusted = recovery.prepare(ctx, step, choice, changes)
     plan, changes = adjusted.plan, adjusted.changes
+    if step.first_step or plan.kind == "recompute":
+        small_step.reads_in_full(ctx, choice.input_bytes)
     step.result.computed = step.record.computed = plan.kind
     step.record.costs, step.record.input_bytes = choice.costs, choice.input_bytes
     if choice.recovered:
