@@ -180,12 +180,23 @@ def test_step_costs_are_sampled_from_the_step_before():
     assert "rebuild" not in step_cost.costs_after(later, 204.0)  # (without its bytes: none)
     later.input_bytes = 2_000
     assert step_cost.costs_after(later, 204.0)["rebuild"] == [4.0, 2000.0]
+    # rebuild samples are [seconds, bytes] pairs, the last KEPT_SAMPLES of them
+    later.costs = {"rebuild": [float(n) for n in range(1, 11)]}  # (1, 2) .. (9, 10)
+    assert step_cost.costs_after(later, 204.0)["rebuild"] == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0] + [
+        9.0,
+        10.0,
+        4.0,
+        2000.0,
+    ]
     flush = later.next("r3", {})
     flush.flush, flush.started_at, flush.computed = True, 300.0, "linear"
     assert step_cost.costs_after(flush, 301.0) == flush.costs
     # a rebuild scales with the inputs' bytes; an incremental step is the median of its samples
     estimated = step_cost.estimates({"rebuild": [3.0, 1000.0], "incremental": [9, 1, 2]}, 3000)
     assert (estimated.incremental, estimated.rebuild) == (2, 9.0)
+    # ... and a rebuild is the median of its scaled samples: one slow step does not swing it
+    slow = step_cost.estimates({"rebuild": [1.0, 1000.0, 30.0, 1000.0, 1.5, 1500.0]}, 3000)
+    assert slow.rebuild == 3.0
     assert step_cost.estimates({}, 3000) == step_cost.Estimates(None, None)
 
 
@@ -225,25 +236,31 @@ def test_auto_recomputes_a_model_with_state_while_that_is_cheaper_then_rebuilds_
     assert reads_the_model_to_diff(session.statements[start:])
     assert not writes_state(session.statements[start:])  # its state falls behind
     assert model_record(session).state_behind_since == 5
-    took(session, 6.0)  # the recompute cost more than an incremental step: back to it
+    took(session, 6.0)  # the recompute cost more than an incremental step, once: it stays
+    session.append_to("demo.src", size_bytes=MIB)
+    sixth = run_step(session, settings, AGGREGATE)
+    # the median of the rebuild samples (2.0 and 6.0 s, scaled) is still the cheaper
+    assert sixth.computed == "recompute"
+    assert "estimated at 4.06 s against 5.00 s" in sixth.notes[0], sixth.notes
+    took(session, 9.0)  # and again: back to the incremental plan
     session.append_to("demo.src", size_bytes=MIB)
     start = len(session.statements)
-    sixth = run_step(session, settings, AGGREGATE)
-    assert sixth.computed == "recompute"  # a recovery: the state tables are rebuilt first
+    seventh = run_step(session, settings, AGGREGATE)
+    assert seventh.computed == "recompute"  # a recovery: the state tables are rebuilt first
     assert any(
         note.startswith(
             "recovered (its state tables lack the steps since step 5, which "
             "recomputed the model (strategy: auto)"
         )
-        for note in sixth.notes
-    ), sixth.notes
+        for note in seventh.notes
+    ), seventh.notes
     assert writes_state(session.statements[start:])
     assert model_record(session).state_behind_since is None
-    took(session, 6.0)
+    took(session, 9.0)
     session.append_to("demo.src", size_bytes=MIB)
-    seventh = run_step(session, settings, AGGREGATE)
-    # the recovery's cost (6 s) is the rebuild's now: the incremental plan again
-    assert seventh.computed == "aggregate" and not seventh.notes, seventh.notes
+    eighth = run_step(session, settings, AGGREGATE)
+    # the rebuild samples' median (6 s, the recovery's 9 s among them) is dearer: the plan again
+    assert eighth.computed == "aggregate" and not eighth.notes, eighth.notes
 
 
 @pytest.mark.parametrize("input_mib, explores", [(100, True), (10_000, False)])

@@ -10,9 +10,11 @@ A step cannot know its own commit's time, so each step records the cost of the o
 (`costs_after`): a step that read its inputs in full (a recompute, a recovery, the first step
 of a model without state) is a sample of what rebuilding the model costs, kept with the inputs'
 bytes it read; any other but a first step is a sample of an incremental step. `estimates`
-scales the rebuild sample to the inputs' bytes now (a rebuild reads all of them) and takes the
-median of the recent incremental samples (their cost follows the change, not the inputs). Both
-are None until a sample exists.
+takes the median of the recent rebuild samples, each scaled to the inputs' bytes now (a rebuild
+reads all of them), and the median of the recent incremental samples (their cost follows the
+change, not the inputs): one slow step (a process's first, its JVM still compiling) does not
+swing the choice, which for a model with state costs a rebuild of its state to undo. Both are
+None until a sample exists.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dbt.adapters.streamsql.execution.commit.record import StepRecord
 
 INCREMENTAL = "incremental"
 REBUILD = "rebuild"
-KEPT_SAMPLES = 5  # incremental samples kept: the median of these is the estimate
+KEPT_SAMPLES = 5  # samples kept of each kind: the median of these is the estimate
 RECOMPUTED = "recompute"  # StepRecord.computed of a step that recomputed the model
 # Test-only: "<incremental seconds>,<rebuild seconds>" replaces the estimates (and the inputs'
 # size `auto` requires), so that a test on small tables can make `auto` take either side.
@@ -69,7 +71,9 @@ def costs_after(previous: StepRecord, committed_at: Optional[float]) -> Dict[str
     seconds = round(max(0.0, committed_at - previous.started_at), 3)
     kind = sampled(previous)
     if kind == REBUILD and previous.input_bytes is not None:
-        costs[REBUILD] = [seconds, float(previous.input_bytes)]
+        # [seconds, bytes] pairs, flat, the newest last
+        kept = costs.get(REBUILD, []) + [seconds, float(previous.input_bytes)]
+        costs[REBUILD] = kept[-2 * KEPT_SAMPLES :]
     elif kind == INCREMENTAL:
         costs[INCREMENTAL] = (costs.get(INCREMENTAL, []) + [seconds])[-KEPT_SAMPLES:]
     return costs
@@ -84,7 +88,12 @@ def estimates(costs: Dict[str, List[float]], input_bytes: Optional[int]) -> Esti
     samples = costs.get(INCREMENTAL) or []
     incremental = statistics.median(samples) if samples else None
     rebuild = None
-    sample = costs.get(REBUILD)
-    if sample and input_bytes is not None and sample[1] > 0:
-        rebuild = sample[0] * input_bytes / sample[1]
+    kept = costs.get(REBUILD) or []
+    pairs = list(zip(kept[0::2], kept[1::2]))
+    if input_bytes is not None:
+        scaled = [seconds * input_bytes / read for seconds, read in pairs if read > 0]
+    else:
+        scaled = []
+    if scaled:
+        rebuild = statistics.median(scaled)
     return Estimates(incremental, rebuild)
