@@ -175,7 +175,9 @@ def test_step_costs_are_sampled_from_the_step_before():
     assert step_cost.costs_after(later, 206.0)["incremental"] == [2.0, 3.0, 4.0, 5.0, 6.0]
     stateful = StepRecord(step=1, run_id="r", sql_fingerprint="f", started_at=100.0)
     stateful.computed, stateful.input_bytes, stateful.state_tables = "aggregate", 2_000, ["state"]
-    assert step_cost.costs_after(stateful, 103.5) == {}  # it built its state tables too
+    # it built its state tables too: no rebuild's price, a bound on one (and on a state rebuild)
+    assert step_cost.costs_after(stateful, 103.5) == {"first": [3.5, 2000.0]}
+    assert step_cost.estimates({"first": [3.5, 2000.0]}, 4000).first == 7.0
     later.recovered = ["an input was vacuumed"]  # a recovery recomputes: a rebuild's cost
     assert "rebuild" not in step_cost.costs_after(later, 204.0)  # (without its bytes: none)
     later.input_bytes = 2_000
@@ -263,17 +265,19 @@ def test_auto_recomputes_a_model_with_state_while_that_is_cheaper_then_rebuilds_
     assert eighth.computed == "aggregate" and not eighth.notes, eighth.notes
 
 
-@pytest.mark.parametrize("input_mib, explores", [(100, True), (10_000, False)])
-def test_a_plan_with_state_whose_recompute_writes_whole_explores_unless_its_inputs_are_large(
-    input_mib, explores
+@pytest.mark.parametrize("first_seconds, explores", [(9.0, True), (40.0, False)])
+def test_a_plan_with_state_whose_recompute_writes_whole_explores_where_a_wrong_guess_is_cheap(
+    first_seconds, explores
 ):
     """Writing the query's rows whole, a recompute costs about a rebuild: a plan with state
-    recomputes once to price it, unless a rebuild could not read its inputs in an incremental
-    step's time (EXPLORE_SCAN_BYTES_PER_SECOND); it stays while that is the cheaper."""
-    session = session_with_source(input_mib * MIB)
+    recomputes once to price it, unless its first step (about what the recompute and the
+    rebuild of its state coming back each cost) says a wrong guess would cost over
+    EXPLORE_RISK_STEPS incremental steps; it stays while that is the cheaper."""
+    session = session_with_source(100 * MIB)
     settings = ModelSettings(name="m", schema="demo", identifier="m")
     run_step(session, settings, AGGREGATE)
-    took(session, 9.0)  # a first step builds the state tables too: no rebuild's price
+    # a first step builds the state tables too: no rebuild's price, but a bound on one
+    took(session, first_seconds)
     session.append_to("demo.src", size_bytes=MIB)
     assert run_step(session, settings, AGGREGATE).computed == "aggregate"
     took(session, 5.0)  # an incremental step

@@ -26,7 +26,7 @@ recomputes when the model's recorded step costs (step_cost.py) estimate a rebuil
 REBUILD_SHARE of an incremental step, and stays with it while it is estimated the cheaper;
 with no price of a rebuild recorded yet, a step whose incremental estimate is EXPLORE_SECONDS
 or more recomputes once to price it (a plan with state only where its recompute writes the
-table whole and its inputs are not large: EXPLORE_SCAN_BYTES_PER_SECOND). A
+table whole and a wrong guess costs little: EXPLORE_RISK_STEPS). A
 plan with state writes no state while it recomputes (the record says since when:
 `state_behind_since`); the next step that runs the plan first rebuilds its state tables from the
 inputs, as a recovery. The choice, and the sizes and estimates it was made on, go into the step
@@ -72,11 +72,11 @@ MIN_COST_INPUT_BYTES = 16 * 2**20
 # it recomputes by cost once some recompute (a recovery) has priced it.
 EXPLORE_SECONDS = 1.0
 # ... unless its recompute writes the table whole (writes_whole): then the recompute costs about
-# a rebuild, and staying with it while it is the cheaper needs no state. It explores only when a
-# rebuild reading its inputs at this rate (more than one Spark driver reads Delta at) would be
-# quicker than an incremental step, so that a model whose inputs are large, which would pay a
-# rebuild of its state to come back, does not try.
-EXPLORE_SCAN_BYTES_PER_SECOND = 512 * 2**20
+# a rebuild, and staying with it while it is the cheaper needs no state. A wrong guess costs the
+# recompute and, coming back, a rebuild of the state, each at most about what the model's first
+# step cost (it computed the query and built the state); it explores only when that excess over
+# two incremental steps is at most EXPLORE_RISK_STEPS incremental steps.
+EXPLORE_RISK_STEPS = 10
 
 
 @dataclass
@@ -177,7 +177,7 @@ def decide(
         rebuild_seconds=estimated.rebuild,
     )
     whole = writes_whole(ctx.model, decided, columns)
-    because = "" if reasons else auto_reason(ctx.model, step, choice, estimated.forced, whole)
+    because = "" if reasons else auto_reason(ctx.model, step, choice, estimated, whole)
     if not reasons and not because and previous.state_behind_since is not None:
         reasons = [
             f"its state tables lack the steps since step {previous.state_behind_since}, which "
@@ -226,12 +226,17 @@ def writes_whole(model: ModelSettings, decided: ModelPlan, columns: Sequence[Col
 
 
 def auto_reason(
-    model: ModelSettings, step: StepState, choice: StepChoice, forced: bool, whole: bool = False
+    model: ModelSettings,
+    step: StepState,
+    choice: StepChoice,
+    estimated: step_cost.Estimates,
+    whole: bool = False,
 ) -> str:
     """Why `auto` recomputes this step instead of running the model's plan; "" when it does
-    not. `choice`: the model's plan, with the sizes and estimates weighed; `forced`: the
-    estimates are a test's (step_cost.TEST_COSTS_ENV), taken whatever the inputs' size;
+    not. `choice`: the model's plan, with the sizes and estimates weighed; `estimated`: those
+    estimates (`forced`: a test's, step_cost.TEST_COSTS_ENV, taken whatever the inputs' size);
     `whole`: a recompute would write the table whole (`writes_whole`)."""
+    forced = estimated.forced
     plan, change_bytes, input_bytes = choice.model_plan, choice.change_bytes, choice.input_bytes
     if model.strategy != "auto" or plan.kind == "recompute" or step.first_step:
         return ""
@@ -250,9 +255,12 @@ def auto_reason(
         if incremental < EXPLORE_SECONDS:
             return ""
         # a model with state would pay a rebuild of its state to come back: it explores only
-        # where its recompute is about a rebuild's cost and a rebuild may be the cheaper
+        # where its recompute is about a rebuild's cost and a wrong guess costs little
+        first = estimated.first
         if plan.keeps_state and not (
-            whole and (input_bytes or 0) / EXPLORE_SCAN_BYTES_PER_SECOND < incremental
+            whole
+            and first is not None
+            and 2 * (first - incremental) <= EXPLORE_RISK_STEPS * incremental
         ):
             return ""
         return (

@@ -28,6 +28,7 @@ from dbt.adapters.streamsql.execution.commit.record import StepRecord
 
 INCREMENTAL = "incremental"
 REBUILD = "rebuild"
+FIRST = "first"  # the first step of a model with state: [seconds, bytes] (no rebuild's price)
 KEPT_SAMPLES = 5  # samples kept of each kind: the median of these is the estimate
 RECOMPUTED = "recompute"  # StepRecord.computed of a step that recomputed the model
 # Test-only: "<incremental seconds>,<rebuild seconds>" replaces the estimates (and the inputs'
@@ -42,6 +43,9 @@ class Estimates:
     incremental: Optional[float]
     rebuild: Optional[float]
     forced: bool = False  # a test's figures (TEST_COSTS_ENV)
+    # What the first step of a model with state cost, scaled to the inputs now: about what
+    # rebuilding its state costs (a recovery), which a recompute leaves to the step after it
+    first: Optional[float] = None
 
 
 def sampled(record: StepRecord) -> Optional[str]:
@@ -70,6 +74,8 @@ def costs_after(previous: StepRecord, committed_at: Optional[float]) -> Dict[str
         return costs
     seconds = round(max(0.0, committed_at - previous.started_at), 3)
     kind = sampled(previous)
+    if previous.step == 1 and kind is None and previous.input_bytes is not None:
+        costs[FIRST] = [seconds, float(previous.input_bytes)]
     if kind == REBUILD and previous.input_bytes is not None:
         # [seconds, bytes] pairs, flat, the newest last
         kept = costs.get(REBUILD, []) + [seconds, float(previous.input_bytes)]
@@ -96,4 +102,8 @@ def estimates(costs: Dict[str, List[float]], input_bytes: Optional[int]) -> Esti
         scaled = []
     if scaled:
         rebuild = statistics.median(scaled)
-    return Estimates(incremental, rebuild)
+    first = None
+    seconds_read = costs.get(FIRST)
+    if seconds_read and input_bytes is not None and seconds_read[1] > 0:
+        first = seconds_read[0] * input_bytes / seconds_read[1]
+    return Estimates(incremental, rebuild, first=first)
