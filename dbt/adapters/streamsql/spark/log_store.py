@@ -19,7 +19,8 @@ Without a JDK compiler (a JRE only), or when a profile names a log store itself,
 store is used, with one line saying why.
 
 The same jar carries `SharedMetastoreThreadState`, which the warm server uses to keep one
-metastore connection across its statements' threads (warm_server.py).
+metastore connection across its statements' threads (`share_metastore_state`, which
+warm_server.py calls).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from dbt.adapters.events.logging import AdapterLogger
 
@@ -195,3 +196,19 @@ def with_log_store(conf: Dict[str, str], own: Dict[str, str]) -> Dict[str, str]:
         "spark.jars": f"{jars},{uri}" if jars else uri,
         LOG_STORE_SETTING: LOG_STORE_CLASS,
     }
+
+
+def share_metastore_state(spark: Any) -> str:
+    """One embedded-metastore connection for all statements (jvm/SharedMetastoreThreadState.java:
+    Spark Connect runs each statement on a new thread, and Hive builds its store and its
+    configuration again for every thread); what was done, as a line for the server's log."""
+    jvm = spark.sparkContext._jvm
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        shared = jvm.io.streamsql.SharedMetastoreThreadState.share(loader)
+    except Exception as error:  # no compiled helper (no javac), or another Hive
+        said = str(error).strip().splitlines()
+        return "the metastore's connection is per statement (each pays for a new one): " + (
+            said[0][:200] if said else type(error).__name__
+        )
+    return f"one metastore connection for all statements ({shared} shared across threads)"

@@ -47,7 +47,7 @@ from filelock import FileLock, Timeout
 
 from dbt.adapters.streamsql.__version__ import version as ADAPTER_VERSION
 from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, output_tail
-from dbt.adapters.streamsql.spark.log_store import LOG_STORE_SETTING
+from dbt.adapters.streamsql.spark.log_store import LOG_STORE_SETTING, share_metastore_state
 from dbt.adapters.streamsql.spark.table_warmer import report_warming, server_warmer
 
 logger = AdapterLogger("StreamSQL")
@@ -570,22 +570,6 @@ def serve(config_path: str) -> int:
             spark.stop()
         print(f"{time.strftime('%H:%M:%S')} stopped", flush=True)
     return 0 if jvm_ended is None else 1
-
-
-def share_metastore_state(spark: Any) -> str:
-    """One embedded-metastore connection for all statements (jvm/SharedMetastoreThreadState.java:
-    Spark Connect runs each statement on a new thread, and Hive builds its store and its
-    configuration again for every thread); what was done, as a line for the server's log."""
-    jvm = spark.sparkContext._jvm
-    try:
-        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        shared = jvm.io.streamsql.SharedMetastoreThreadState.share(loader)
-    except Exception as error:  # no compiled helper (no javac), or another Hive
-        said = str(error).strip().splitlines()
-        return "the metastore's connection is per statement (each pays for a new one): " + (
-            said[0][:200] if said else type(error).__name__
-        )
-    return f"one metastore connection for all statements ({shared} shared across threads)"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
