@@ -17,6 +17,9 @@ stopped at the end, so the file starts one Spark.
   steps, none applied twice or skipped (the model's step records read from its log on S3).
 - kill -9 of the warm server under a step, between the model's commit and its side tables and
   at a random moment: the same, with a new server started by the next run.
+- the writer claim: a driver of another `local_dir` is refused while the server holds it, the
+  server stops when another driver's claim replaces its own, a stale claim is taken over, and a
+  clean stop deletes it.
 
     pytest -k object_store tests/functional     # STREAMSQL_OBJECT_STORE_STEPS, _KILLS, _SEED
 """
@@ -29,12 +32,13 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from dbt.adapters.streamsql.spark import warm_server
+from dbt.adapters.streamsql.spark import warm_server, writer_claim
 from scripts.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3a_settings
 from tests.dbt_process import DbtProject
 from tests.functional.test_kill import (
@@ -200,6 +204,91 @@ def test_object_store_clients_killed_mid_step_lose_or_double_nothing(object_stor
     commits = [k for k in s3_keys(object_store.server, log) if k.endswith(".json")]
     numbers = steps_of_commits(s3_text(object_store.server, key) for key in commits)
     assert_whole_steps(row, numbers)
+
+
+CLAIM_KEY = "wh/tables/" + writer_claim.CLAIM_FILE
+
+
+def s3_put(server: S3Server, key: str, text: str) -> None:
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+    )
+    client.put_object(Bucket=BUCKET, Key=key, Body=text.encode())
+
+
+def foreign_claim(renewed_at: float) -> str:
+    return json.dumps(
+        {
+            "host": "etl-elsewhere",
+            "local_dir": "/srv/elsewhere",
+            "pid": 4242,
+            "token": "elsewhere",
+            "claimed_at": renewed_at,
+            "renewed_at": renewed_at,
+        }
+    )
+
+
+@pytest.mark.timeout(RUN_TIMEOUT + 600)
+def test_object_store_a_second_driver_is_refused_and_a_stale_claim_taken_over(
+    object_store, tmp_path
+):
+    """The writer claim (spark/writer_claim.py) on S3: this machine's server holds it; a
+    driver of another local_dir is refused, naming the holder; a server that finds another's
+    fresh claim at its renewal stops; a stale claim is taken over, saying whose it was; a clean
+    stop deletes the claim."""
+    models = {"m.sql": "{{ config(materialized='table') }} select 1 as x"}
+    target = dict(object_store.target, schema="claim")
+    project = DbtProject.create(tmp_path / "p", models, target=target)
+    paths = warm_server.ServerPaths(str(object_store.local))
+    first = project.dbt("run", timeout=RUN_TIMEOUT)
+    assert first.returncode == 0, first.stdout[-3000:]
+    held = json.loads(s3_text(object_store.server, CLAIM_KEY))
+    assert held["local_dir"] == str(object_store.local.resolve())
+    assert held["pid"] == warm_server.ServerState.read(paths).pid
+
+    # another local_dir (another machine, as far as the claim can tell), Spark in its process
+    other = DbtProject.create(
+        tmp_path / "other",
+        models,
+        target=dict(target, local_dir=str(tmp_path / "other_local"), keep_warm=False),
+    )
+    refused = other.dbt("run", timeout=RUN_TIMEOUT)
+    assert refused.returncode != 0, refused.stdout[-3000:]
+    said = " ".join(refused.stdout.split())
+    assert "s3a://lake/wh/tables is being written by another Spark driver" in said, said[-3000:]
+    assert f"local_dir {object_store.local.resolve()}" in said
+    assert json.loads(s3_text(object_store.server, CLAIM_KEY))["token"] == held["token"]
+
+    # another driver's fresh claim: the server finds it at its next renewal and stops
+    s3_put(object_store.server, CLAIM_KEY, foreign_claim(time.time()))
+    deadline = time.monotonic() + writer_claim.RENEW_SECONDS + 90
+    while warm_server.ServerState.read(paths) is not None and time.monotonic() < deadline:
+        time.sleep(1)
+    server_log = Path(paths.log).read_text()
+    assert warm_server.ServerState.read(paths) is None, server_log[-3000:]
+    assert "is now held by the driver of host 'etl-elsewhere'" in server_log, server_log[-3000:]
+    assert json.loads(s3_text(object_store.server, CLAIM_KEY))["token"] == "elsewhere"
+
+    # a stale one (its holder gone): the next server takes it over and the run steps
+    stale = time.time() - 2 * writer_claim.STALE_SECONDS
+    s3_put(object_store.server, CLAIM_KEY, foreign_claim(stale))
+    again = project.dbt("run", timeout=RUN_TIMEOUT)
+    assert again.returncode == 0, again.stdout[-3000:]
+    server_log = Path(paths.log).read_text()
+    assert "Took over the warehouse's writer claim" in server_log, server_log[-3000:]
+    assert "from the driver of host 'etl-elsewhere'" in server_log
+    assert json.loads(s3_text(object_store.server, CLAIM_KEY))["local_dir"] == held["local_dir"]
+
+    # a clean stop releases it (the next case's first run starts another server)
+    warm_server.stop_server(paths)
+    assert CLAIM_KEY not in s3_keys(object_store.server, "wh/tables/")
 
 
 def server_pids(paths: warm_server.ServerPaths) -> list:

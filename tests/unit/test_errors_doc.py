@@ -73,6 +73,8 @@ WRAPPERS: Dict[Tuple[str, str], str] = {
     ("impl.py", "str(exc)"): "a StepError's or SideTableError's message, as dbt's error type",
     ("pipeline/step.py", "{error}"): "'Model <m>: ' before a PlanningError's message",
     ("execution/explain.py", "{error}"): "'Model <m>: ' before a PlanningError's message",
+    ("spark/warm_server.py", "writer_claim.refusal_in(log_tail(paths), paths.log)"): "the "
+    "writer claim's refusal (ClaimRefused) that the server wrote to its log before exiting",
 }
 INTERNAL: Dict[Tuple[str, str], str] = {
     ("engine/side_tables.py", "were not handed over"): "the package's own materialization hands "

@@ -71,6 +71,8 @@ class StreamSQLCredentials(SparkCredentials):
     local_dir: Optional[str] = None
     master: Optional[str] = None
     lock_timeout: int = 600
+    # warehouse_dir on s3a://: refuse to start while another machine's driver writes it
+    writer_claim: bool = True
     # method: session. True: the first dbt command starts a Spark Connect server for the
     # warehouse that later commands reuse (spark/warm_server.py); False: Spark in the dbt process.
     keep_warm: bool = True
@@ -129,6 +131,7 @@ class StreamSQLCredentials(SparkCredentials):
             master=self.master or DEFAULT_MASTER,
             server_side_parameters=parameters,
             lock_timeout=self.lock_timeout,
+            writer_claim=self.writer_claim,
         )
 
     def _connection_keys(self) -> Tuple[str, ...]:

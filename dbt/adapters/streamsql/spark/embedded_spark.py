@@ -23,7 +23,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 from urllib.parse import urlparse
 
 from dbt.adapters.events.logging import AdapterLogger
@@ -32,6 +32,7 @@ from filelock import FileLock, Timeout
 
 from dbt.adapters.streamsql import object_store
 from dbt.adapters.streamsql.spark import class_archive as archives
+from dbt.adapters.streamsql.spark import writer_claim
 from dbt.adapters.streamsql.spark.log_store import (
     LOG_STORE_SETTING,
     cache_dir,
@@ -109,6 +110,9 @@ class SessionSettings:
     master: str
     server_side_parameters: Dict[str, str]
     lock_timeout: int
+    # On an s3a:// warehouse, claim it for this driver (writer_claim.py); False: the profile
+    # says runs take turns by other means, or its log store orders commits across drivers.
+    writer_claim: bool = True
 
     @property
     def uses_embedded_metastore(self) -> bool:
@@ -201,12 +205,16 @@ _warehouse_lock: Optional[FileLock] = None
 _session_guard = threading.Lock()
 
 
-def get_spark_session(settings: SessionSettings) -> Any:
+def get_spark_session(
+    settings: SessionSettings, on_claim_lost: Optional[Callable[[str], None]] = None
+) -> Any:
     """The process-wide SparkSession for these settings, started on first use.
 
     A JVM holds one SparkSession configuration, so all connections of a process share it. Asking
     for a different warehouse or master in the same process is an error rather than a silent
-    write to the wrong place.
+    write to the wrong place. A warehouse on s3a:// is claimed for this driver (writer_claim.py);
+    `on_claim_lost` is called if another driver takes the claim later (by default the session
+    is stopped).
     """
     global _session, _session_settings, _startup_error
     with _session_guard:
@@ -233,12 +241,25 @@ def get_spark_session(settings: SessionSettings) -> Any:
             # a second driver on the same warehouse would find the metastore taken.
             _lock_warehouse(settings)
         try:
-            _session = _start_session(settings)
+            session = _start_session(settings)
+            if settings.writer_claim:
+                writer_claim.claim_warehouse(
+                    session,
+                    settings.spark_conf(),
+                    settings.warehouse_dir,
+                    on_claim_lost or (lambda said: _stop_writing(session, said)),
+                )
         except DbtRuntimeError as exc:
             _startup_error = exc
             raise
-        _session_settings = settings
+        _session, _session_settings = session, settings
         return _session
+
+
+def _stop_writing(session: Any, said: str) -> None:
+    """Another driver holds the warehouse's claim now: stop this one, as if it were killed."""
+    logger.error(f"{said}; stopping this process's Spark session")
+    session.stop()
 
 
 def check_java() -> None:

@@ -46,6 +46,7 @@ from dbt_common.exceptions import DbtRuntimeError
 from filelock import FileLock, Timeout
 
 from dbt.adapters.streamsql.__version__ import version as ADAPTER_VERSION
+from dbt.adapters.streamsql.spark import writer_claim
 from dbt.adapters.streamsql.spark.embedded_spark import SessionSettings, output_tail
 from dbt.adapters.streamsql.spark.log_store import LOG_STORE_SETTING, share_metastore_state
 from dbt.adapters.streamsql.spark.table_warmer import report_warming, server_warmer
@@ -312,6 +313,7 @@ def _start(
         "master": settings.master,
         "server_side_parameters": settings.server_side_parameters,
         "lock_timeout": settings.lock_timeout,
+        "writer_claim": settings.writer_claim,
         "idle_timeout": idle_timeout,
         "port": port,
         "fingerprint": fingerprint,
@@ -343,6 +345,8 @@ def _start(
             logger.info(f"Spark server ready on port {state.port} in {took:.0f} s")
             return state
         code = process.poll()
+        if code == writer_claim.REFUSED_EXIT:  # another machine's driver writes the warehouse
+            raise DbtRuntimeError(writer_claim.refusal_in(log_tail(paths), paths.log))
         if code is not None:
             raise DbtRuntimeError(
                 f"The Spark server for {settings.warehouse_dir} exited (code {code}) before "
@@ -368,7 +372,11 @@ def last_started_with(paths: ServerPaths) -> Optional[Tuple[SessionSettings, int
             config = json.load(handle)
         parameters = dict(config["server_side_parameters"])
         settings = SessionSettings(
-            paths.warehouse_dir, config["master"], parameters, int(config["lock_timeout"])
+            paths.warehouse_dir,
+            config["master"],
+            parameters,
+            int(config["lock_timeout"]),
+            bool(config.get("writer_claim", True)),
         )
         port = None if config["port"] is None else int(config["port"])
         return settings, int(config["idle_timeout"]), port
@@ -490,13 +498,18 @@ def serve(config_path: str) -> int:
         master=config["master"],
         server_side_parameters=server_parameters(config, port, token),
         lock_timeout=int(config["lock_timeout"]),
+        writer_claim=bool(config.get("writer_claim", True)),
     )
     stopping = threading.Event()
     for name in ("SIGTERM", "SIGINT", "SIGHUP"):  # SIGHUP: not on Windows
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), lambda *_: stopping.set())
     print(f"{time.strftime('%H:%M:%S')} starting (pid {os.getpid()}, port {port})", flush=True)
-    spark = get_spark_session(settings)
+    try:
+        spark = get_spark_session(settings, on_claim_lost=writer_claim.stops(stopping))
+    except writer_claim.ClaimRefused as refused:
+        print(writer_claim.REFUSED_MARK + refused.msg, flush=True)
+        return writer_claim.REFUSED_EXIT
     # A client's failed statement is the client's to report (dbt does); the server would log
     # each one again, with the errors of executions a client released after its session ended.
     jvm = spark.sparkContext._jvm
@@ -567,6 +580,7 @@ def serve(config_path: str) -> int:
             except FileNotFoundError:
                 pass
         if jvm_ended is None:
+            writer_claim.release()
             spark.stop()
         print(f"{time.strftime('%H:%M:%S')} stopped", flush=True)
     return 0 if jvm_ended is None else 1
