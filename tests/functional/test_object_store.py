@@ -20,6 +20,9 @@ stopped at the end, so the file starts one Spark.
 - the writer claim: a driver of another `local_dir` is refused while the server holds it, the
   server stops when another driver's claim replaces its own, a stale claim is taken over, and a
   clean stop deletes it.
+- test_differential.py's random history (a model of each kind of plan, two steps) and
+  test_lateness.py's seed 000 (a late row quarantined), in dbt in this process through the
+  same server: every view equals its query after every step.
 
     pytest -k object_store tests/functional     # STREAMSQL_OBJECT_STORE_STEPS, _KILLS, _SEED
 """
@@ -41,6 +44,8 @@ import pytest
 from dbt.adapters.streamsql.spark import warm_server, writer_claim
 from scripts.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3a_settings
 from tests.dbt_process import DbtProject
+from tests.functional import test_differential as differential
+from tests.functional import test_lateness as lateness
 from tests.functional.test_kill import (
     HOOKS,
     MODELS,
@@ -342,3 +347,43 @@ def test_object_store_server_killed_mid_step_loses_or_doubles_nothing(object_sto
     commits = [k for k in s3_keys(object_store.server, log) if k.endswith(".json")]
     numbers = steps_of_commits(s3_text(object_store.server, key) for key in commits)
     assert_whole_steps(row, numbers)
+
+
+class TestObjectStoreDifferential(differential.TestDifferential):
+    """test_differential.py's random history on S3: a model of each kind of plan (its models
+    over Spark Connect, chains included), stepped through this file's warm server, each equal to
+    its query after every step."""
+
+    names = differential.CONNECT_MODELS
+    steps = 2  # a first step and one over a batch with every kind of change
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, object_store):
+        return dict(object_store.target)
+
+    def test_its_tables_are_on_s3(self, project, object_store):
+        assert_on_s3(object_store, project.test_schema, self.names)
+
+
+class TestObjectStoreLateness(lateness.TestSeed000Purchase):
+    """test_lateness.py's seed 000 on S3: the late purchase is quarantined in `__late` on S3
+    and never reaches the aggregate."""
+
+    @pytest.fixture(scope="class")
+    def dbt_profile_target(self, object_store):
+        return dict(object_store.target, threads=1)
+
+    def test_its_tables_are_on_s3(self, project, object_store):
+        tables = ["decoded_purchase", "decoded_purchase__late", "hourly_spend"]
+        assert_on_s3(object_store, project.test_schema, tables)
+
+
+def assert_on_s3(object_store, schema: str, tables: list) -> None:
+    """Each table's first commit is an object of the bucket, and no table is on local disk."""
+    keys = s3_keys(object_store.server, f"wh/tables/{schema}.db/")
+    for table in tables:
+        assert f"wh/tables/{schema}.db/{table}/_delta_log/00000000000000000000.json" in keys, (
+            table,
+            keys[:20],
+        )
+    assert not (object_store.local / "tables").exists()
