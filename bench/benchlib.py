@@ -422,6 +422,20 @@ def save_plot(figure: Any, path: Path, dpi: int) -> None:
     image.quantize(colors=256, dither=Image.Dither.NONE).save(path, optimize=True)
 
 
+def loopback_s3(root: Path, bucket: str) -> Tuple[Any, Dict[str, str]]:
+    """moto's S3 server on loopback (scripts/s3_server.py, its log in `root`) with `bucket`
+    made, and the Spark settings that reach it through S3A. The caller stops the server."""
+    import sys
+
+    if str(REPO_DIR) not in sys.path:
+        sys.path.insert(0, str(REPO_DIR))
+    from scripts.s3_server import S3Server, s3a_settings
+
+    server = S3Server(root).start()
+    server.create_bucket(bucket)
+    return server, s3a_settings(server.endpoint)
+
+
 def start_session(target: Dict[str, Any]) -> Any:
     """The adapter's own process-wide SparkSession, with a profile target's settings.
 

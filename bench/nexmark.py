@@ -22,6 +22,7 @@ Writes bench/results/<output-name>.md (default `nexmark`), .png, .json (the summ
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
 import os
@@ -37,6 +38,7 @@ from benchlib import (
     Dbt,
     MemorySampler,
     fmt,
+    loopback_s3,
     machine_info,
     machine_lines,
     median,
@@ -77,10 +79,19 @@ def merge_var(query: str) -> str:
 
 
 def write_project(
-    work: Path, driver_memory: str, queries: Sequence[Query], approaches: Sequence[str]
+    work: Path,
+    driver_memory: str,
+    queries: Sequence[Query],
+    approaches: Sequence[str],
+    settings: Optional[Dict[str, str]] = None,
 ) -> Dict[str, Any]:
     target = write_project_skeleton(
-        work, "nexmark_bench", TARGET_SCHEMA, driver_memory, {generator.SCHEMA: list(generator.DDL)}
+        work,
+        "nexmark_bench",
+        TARGET_SCHEMA,
+        driver_memory,
+        {generator.SCHEMA: list(generator.DDL)},
+        settings=settings,
     )
     refs = {t: "{{ source('%s', '%s') }}" % (generator.SCHEMA, t) for t in generator.DDL}
     for q in queries:
@@ -518,7 +529,8 @@ def write_report(results: Dict[str, Any], path: Path) -> None:
         lines += [f"**{results['label']}**", ""]
     lines += [
         f"Command: `{results['command']}`  ",
-        f"Run: {results['started']}, {results['elapsed_s'] / 60:.1f} min in total.",
+        f"Run: {results['started']}, {results['elapsed_s'] / 60:.1f} min in total. "
+        f"Warehouse: {results.get('warehouse', 'local disk')}.",
         "",
         "Data: the seeded Nexmark generator of `bench/nexmark/generator.py` (person:auction:bid = "
         f"1:3:46, Nexmark's id, price and hot-item schemes; one event every "
@@ -885,6 +897,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         "report <output-name>.md/.png/.json/.raw.json.gz",
     )
     parser.add_argument(
+        "--object-store",
+        action="store_true",
+        help="the warehouse on moto's S3 server on loopback (scripts/s3_server.py), through "
+        "S3A; the metastore on local disk",
+    )
+    parser.add_argument(
         "--adapter-rev",
         default="",
         help="benchmark dbt-streamsql as committed at this git revision (e.g. "
@@ -987,8 +1005,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     adapter_commit = ""
     if args.adapter_rev:
         adapter_commit = use_adapter_revision(args.adapter_rev, work / "adapter-src")
-    target = write_project(work, args.driver_memory, queries, approaches)
-    spark = start_session(target)
+    s3, settings = loopback_s3(work / "s3", "lake") if args.object_store else (None, None)
+    target = write_project(work, args.driver_memory, queries, approaches, settings)
+    session_target = target
+    if s3 is not None:
+        atexit.register(s3.stop)  # its process group, however the run ends
+        local = str(work / "local")  # the metastore; the tables are in the bucket
+        target.update(warehouse_dir="s3a://lake/nexmark", local_dir=local)
+        (work / "profiles.yml").write_text(
+            json.dumps({"nexmark_bench": {"target": "local", "outputs": {"local": target}}})
+        )
+        parameters = dict(target["server_side_parameters"])
+        parameters["spark.sql.warehouse.dir"] = "s3a://lake/nexmark/tables"
+        session_target = dict(target, warehouse_dir=local, server_side_parameters=parameters)
+    spark = start_session(session_target)
     # What Structured Streaming's users run for stateful queries (a session setting: every
     # streaming query of the run starts with it; the other approaches keep no streaming state).
     spark.conf.set(
@@ -1008,6 +1038,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "approaches": approaches,
         "queries": [q.name for q in queries],
         "machine": machine_info(spark, args),
+        "warehouse": "s3 (moto on loopback, through S3A)" if s3 else "local disk",
         "histories": [],
     }
     if adapter_commit:
