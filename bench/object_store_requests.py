@@ -53,7 +53,7 @@ from benchlib import (
 )
 
 sys.path.insert(0, str(REPO_DIR))
-from scripts.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3a_settings  # noqa: E402
+from scripts.s3_server import S3Server, s3a_settings  # noqa: E402
 
 BUCKET = "lake"
 TABLES = f"s3a://{BUCKET}/wh/tables"
@@ -125,22 +125,10 @@ def pipeline_of(table: str) -> str:
     return "shared"
 
 
-def s3_client(server: S3Server) -> Any:
-    import boto3
-
-    return boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        region_name=REGION,
-    )
-
-
 def upload(folder: Path, server: S3Server, prefix: str) -> int:
     """Every file of a table's folder to `prefix`, but the local file system's own checksum
     files (`.name.crc`), which S3A neither writes nor reads."""
-    client, count = s3_client(server), 0
+    client, count = server.client(), 0
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not path.name.startswith("."):
             key = f"{prefix}/{path.relative_to(folder).as_posix()}"
@@ -151,7 +139,7 @@ def upload(folder: Path, server: S3Server, prefix: str) -> int:
 
 def get_latency_ms(server: S3Server, key: str, repeats: int = 50) -> float:
     """The median time of a signed GET of a small object (boto3), as S3A makes them."""
-    client, times = s3_client(server), []
+    client, times = server.client(), []
     for _ in range(repeats):
         started = time.perf_counter()
         client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
@@ -172,8 +160,14 @@ def main() -> int:
         help="local: the same steps with the warehouse on this disk (no requests to count), "
         "written as <output-name>_local.json, which the S3 run's report shows beside its own",
     )
+    parser.add_argument(
+        "--report", action="store_true", help="no run: write the .md again from the .json files"
+    )
     add_output_arguments(parser, "object_store_requests")
     args = parser.parse_args()
+    if args.report:
+        write_report(Path(args.results_dir), args.output_name)
+        return 0
     work = Path(args.work_dir).resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -262,13 +256,19 @@ def run(args: Any, work: Path, server: Optional[S3Server]) -> int:
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     if server:
-        twin = results / f"{args.output_name}_local.json"
-        beside = json.loads(twin.read_text()) if twin.exists() else None
-        (results / f"{name}.md").write_text(report(result, beside))
-        print(f"wrote {results / name}.md")
+        write_report(results, name)
     else:
         print(f"wrote {results / name}.json (the S3 run's report shows it beside its own)")
     return 0
+
+
+def write_report(results: Path, name: str) -> None:
+    """<name>.md from <name>.json, with <name>_local.json's seconds beside it if it is there."""
+    result = json.loads((results / f"{name}.json").read_text())
+    twin = results / f"{name}_local.json"
+    beside = json.loads(twin.read_text()) if twin.exists() else None
+    (results / f"{name}.md").write_text(report(result, beside))
+    print(f"wrote {results / name}.md")
 
 
 def make_sources(args: Any, spark: Any, work: Path, server: Optional[S3Server]) -> Optional[int]:

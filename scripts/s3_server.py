@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 LOOPBACK = "127.0.0.1"
 # moto accepts any key pair; these are what the printed profile names.
@@ -119,6 +119,18 @@ class S3Server:
         request = urllib.request.Request(f"{self.endpoint}/{bucket}", method="PUT")
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
+
+    def client(self) -> Any:
+        """A boto3 S3 client of this server (boto3 comes with moto), signed as S3A signs."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        )
 
     def requests_logged(self) -> int:
         """How many requests the server has answered so far (its log's request lines)."""

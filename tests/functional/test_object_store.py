@@ -42,7 +42,7 @@ from types import SimpleNamespace
 import pytest
 
 from dbt.adapters.streamsql.spark import warm_server, writer_claim
-from scripts.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3a_settings
+from scripts.s3_server import S3Server, s3a_settings
 from tests.dbt_process import DbtProject
 from tests.functional import test_differential as differential
 from tests.functional import test_lateness as lateness
@@ -101,33 +101,17 @@ def object_store(tmp_path_factory):
 
 
 def s3_keys(server: S3Server, prefix: str) -> list:
-    """Every key of the bucket under `prefix`, listed through the S3 API (boto3, moto's)."""
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        region_name=REGION,
-    )
+    """Every key of the bucket under `prefix`, listed through the S3 API."""
     keys = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+    for page in (
+        server.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    ):
         keys += [item["Key"] for item in page.get("Contents", [])]
     return sorted(keys)
 
 
 def s3_text(server: S3Server, key: str) -> str:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        region_name=REGION,
-    )
-    return client.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    return server.client().get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
 
 
 @pytest.mark.timeout(RUN_TIMEOUT + 600)
@@ -215,16 +199,7 @@ CLAIM_KEY = "wh/tables/" + writer_claim.CLAIM_FILE
 
 
 def s3_put(server: S3Server, key: str, text: str) -> None:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        region_name=REGION,
-    )
-    client.put_object(Bucket=BUCKET, Key=key, Body=text.encode())
+    server.client().put_object(Bucket=BUCKET, Key=key, Body=text.encode())
 
 
 def foreign_claim(renewed_at: float) -> str:
