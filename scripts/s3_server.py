@@ -121,7 +121,7 @@ class S3Server:
             response.read()
 
     def client(self) -> Any:
-        """A boto3 S3 client of this server (boto3 comes with moto), signed as S3A signs."""
+        """A boto3 S3 client of this server (boto3 comes with moto)."""
         import boto3
 
         return boto3.client(
