@@ -11,7 +11,8 @@ stopped at the end, so the file starts one Spark.
 - The sample project's steps, then `dbt test`: its schema tests, the quarantine and waterline
   alarms, and `matches_recompute` on every model (each view equals its recompute, LATENESS
   applied). Its tables are on S3 and none on local disk; the server's log says which log store
-  commits to S3 and why the table watcher is off.
+  commits to S3 (the adapter's, whose listings start at a version) and why the table watcher is
+  off.
 - kill -9 of the dbt client at random moments of a step (test_kill.py's two models: an aggregate
   with LATENESS and a linear model over it), then one complete run: every table shows whole
   steps, none applied twice or skipped (the model's step records read from its log on S3).
@@ -159,7 +160,10 @@ def test_object_store_sample_project_steps_pass_its_tests(object_store, tmp_path
     assert (object_store.local / "metastore_db").is_dir()
     # the fast paths that read local files stepped aside, saying so
     said = Path(server_log).read_text()
-    assert "S3SingleDriverLogStore" in said, said[-3000:]
+    assert "use the adapter's ListFromS3SingleDriverLogStore" in said, said[-3000:]
+    # whose listings of a log start at the version Delta asks for (S3's start-after)
+    requests = object_store.server.log.read_text(errors="replace")
+    assert "start-after=wh/tables/demo.db/" in requests, requests[-3000:]
     assert f"the warehouse (s3a://{BUCKET}/wh/tables) is not on this machine" in said
     dbt_log = (work / "project" / "logs" / "dbt.log").read_text()
     assert "Tables on s3a:// (first: " in dbt_log

@@ -24,15 +24,32 @@ def test_the_store_rides_beside_deltas_jars_for_file_tables(compiled):
     added = log_store.with_log_store(conf, {})
     assert added["spark.jars"] == conf["spark.jars"] + f",file://{JAR}"
     assert added["spark.delta.logStore.file.impl"] == "io.streamsql.ListFromLogStore"
+    assert added["spark.delta.logStore.s3a.impl"] == "io.streamsql.ListFromS3SingleDriverLogStore"
     # a first start, where Ivy resolves Delta: the store is the only file named
     first = log_store.with_log_store({"spark.jars.packages": "io.delta:delta-spark_4.2_2.13:4"}, {})
     assert first["spark.jars"] == f"file://{JAR}"
 
 
-@pytest.mark.parametrize("own", ["spark.delta.logStore.file.impl", "spark.delta.logStore.class"])
-def test_a_profile_that_names_a_log_store_keeps_it(compiled, own):
-    conf = {"spark.jars": "file:///ivy/delta-spark.jar", own: "io.delta.storage.LocalLogStore"}
-    assert log_store.with_log_store(conf, {own: "io.delta.storage.LocalLogStore"}) == conf
+@pytest.mark.parametrize(
+    "own, kept",
+    [
+        ("spark.delta.logStore.class", set()),
+        ("spark.delta.logStore.file.impl", {"spark.delta.logStore.s3a.impl"}),
+        ("spark.delta.logStore.s3a.impl", {"spark.delta.logStore.file.impl"}),
+        ("spark.delta.logStore.s3.impl", {"spark.delta.logStore.file.impl"}),
+    ],
+)
+def test_a_profile_that_names_a_log_store_keeps_it(compiled, own, kept):
+    """A store the profile names for a scheme (or for all: `.class`) is kept; the adapter's
+    store for the other scheme is still added."""
+    mine = {own: "io.delta.storage.S3DynamoDBLogStore"}
+    conf = {"spark.jars": "file:///ivy/delta-spark.jar", **mine}
+    added = log_store.with_log_store(conf, mine)
+    assert added[own] == mine[own]
+    stores = {"spark.delta.logStore.file.impl", "spark.delta.logStore.s3a.impl"}
+    assert {key for key in stores if key in added and key != own} == kept
+    if not kept:
+        assert added == conf
 
 
 def test_the_remembered_delta_jars_leave_the_store_out(tmp_path, monkeypatch):

@@ -64,13 +64,32 @@ S3A_EXCLUDES = (
     "commons-codec:commons-codec",
 )
 S3A_PREFIX = "spark.hadoop.fs.s3a."
-# What the embedded session says at its start when it uses S3A: Delta's log store for s3a://
-# (delta-storage's S3SingleDriverLogStore) takes the place of the adapter's list-from store.
+# What the embedded session says at its start when it uses S3A, by the log store s3a:// tables
+# have: the adapter's (Delta's S3 store, listing from a version: spark/log_store.py) or another.
 S3_LOG_STORE_NOTE = (
-    "Tables on s3a:// use Delta's S3SingleDriverLogStore (the adapter's list-from log store is "
-    "for file: tables): it makes one driver's commits safe, not two drivers' at once "
+    "Tables on s3a:// use {store}: it makes one driver's commits safe, not two drivers' at once "
     "(docs/deployment.md, 'Writers')"
 )
+ADAPTER_S3_STORE = (
+    "the adapter's ListFromS3SingleDriverLogStore (Delta's S3SingleDriverLogStore, its "
+    "listings starting at the version asked for)"
+)
+
+
+def s3_log_store_note(conf: Mapping[str, str], adapter_store: str) -> str:
+    """The start's line on the log store of s3a:// tables (`adapter_store`: the class name the
+    adapter sets when it can)."""
+    chosen = conf.get("spark.delta.logStore.s3a.impl") or conf.get("spark.delta.logStore.class")
+    if chosen == adapter_store:
+        return S3_LOG_STORE_NOTE.format(store=ADAPTER_S3_STORE)
+    if chosen:
+        return f"Tables on s3a:// use the log store the profile names, {chosen}"
+    return S3_LOG_STORE_NOTE.format(
+        store="Delta's S3SingleDriverLogStore, which lists each table's whole _delta_log/ "
+        "(the adapter's own store could not be compiled)"
+    )
+
+
 WAREHOUSE_SETTING = "spark.sql.warehouse.dir"
 # Object stores Hadoop has a FileSystem for, by the scheme of their URIs. Only s3a is tested
 # here (docs/deployment.md); the others need their connector's jars named in the profile.

@@ -35,6 +35,7 @@ from dbt.adapters.streamsql.spark import class_archive as archives
 from dbt.adapters.streamsql.spark import writer_claim
 from dbt.adapters.streamsql.spark.log_store import (
     LOG_STORE_SETTING,
+    S3_LOG_STORE_CLASS,
     cache_dir,
     is_store_jar,
     with_log_store,
@@ -446,8 +447,8 @@ def _start_session(settings: SessionSettings) -> Any:
     # PySpark also logs every failed statement with its JVM stack trace; dbt reports the error
     # itself, so the console would show each failure twice, the second time as a wall of Java.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    if object_store.uses_s3a(conf):  # the adapter's store is for file: tables only
-        logger.info(object_store.S3_LOG_STORE_NOTE)
+    if object_store.uses_s3a(conf):
+        logger.info(object_store.s3_log_store_note(conf, S3_LOG_STORE_CLASS))
     store = conf.get(LOG_STORE_SETTING, "Delta's own")
     logger.debug(
         f"Embedded Spark started in {time.monotonic() - started:.1f} s (log store: {store})"

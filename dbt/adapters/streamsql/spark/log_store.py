@@ -40,14 +40,27 @@ logger = AdapterLogger("StreamSQL")
 
 LOG_STORE_CLASS = "io.streamsql.ListFromLogStore"
 LOG_STORE_SETTING = "spark.delta.logStore.file.impl"
-# A profile that names any of these chose its log store: the adapter does not replace it.
-OWN_STORE_SETTINGS = (LOG_STORE_SETTING, "spark.delta.logStore.class")
+# For s3a:// tables: Delta's S3 store, listing from a version (jvm/ListFromS3SingleDriverLogStore)
+S3_LOG_STORE_CLASS = "io.streamsql.ListFromS3SingleDriverLogStore"
+S3_LOG_STORE_SETTING = "spark.delta.logStore.s3a.impl"
+# A profile that names any of a scheme's settings chose its log store for that scheme: the
+# adapter does not replace it.
+OWN_STORE_SETTINGS = {
+    LOG_STORE_SETTING: (LOG_STORE_SETTING, "spark.delta.logStore.class"),
+    S3_LOG_STORE_SETTING: (
+        S3_LOG_STORE_SETTING,
+        "spark.delta.logStore.s3.impl",
+        "spark.delta.logStore.class",
+    ),
+}
 JAR_PREFIX = "streamsql-log-store-"
 JVM_DIR = os.path.join(os.path.dirname(__file__), "jvm")
 SOURCE = os.path.join(JVM_DIR, "ListFromLogStore.java")
+S3_SOURCE = os.path.join(JVM_DIR, "ListFromS3SingleDriverLogStore.java")
 # Compiled into the same jar: the warm server's one metastore connection (warm_server.py)
 METASTORE_SOURCE = os.path.join(JVM_DIR, "SharedMetastoreThreadState.java")
 STUB = os.path.join(JVM_DIR, "stub", "io", "delta", "storage", "LocalLogStore.java")
+S3_STUB = os.path.join(JVM_DIR, "stub", "io", "delta", "storage", "S3SingleDriverLogStore.java")
 JAVA_RELEASE = "17"  # Spark 4's minimum: classes for a newer JVM would not load on Java 17
 
 _reported = False
@@ -62,7 +75,7 @@ def cache_dir() -> str:
 def jar_path() -> str:
     """Where this version of the store's source is compiled to."""
     digest = hashlib.sha256(JAVA_RELEASE.encode())
-    for path in (SOURCE, STUB, METASTORE_SOURCE):
+    for path in (SOURCE, STUB, METASTORE_SOURCE, S3_SOURCE, S3_STUB):
         with open(path, "rb") as handle:
             digest.update(handle.read())
     return os.path.join(cache_dir(), f"{JAR_PREFIX}{digest.hexdigest()[:12]}.jar")
@@ -103,11 +116,11 @@ def compile_store(target: str) -> Optional[str]:
         stub_classes, classes = os.path.join(work, "stub"), os.path.join(work, "classes")
         common = [javac, "--release", JAVA_RELEASE, "-nowarn", "-encoding", "UTF-8"]
         steps = [
-            [*common, "-cp", os.pathsep.join(hadoop), "-d", stub_classes, STUB],
+            [*common, "-cp", os.pathsep.join(hadoop), "-d", stub_classes, STUB, S3_STUB],
             [
                 *common,
                 *("-cp", os.pathsep.join([stub_classes, *hadoop]), "-d", classes),
-                *(SOURCE, METASTORE_SOURCE),
+                *(SOURCE, METASTORE_SOURCE, S3_SOURCE),
             ],
         ]
         for command in steps:
@@ -182,20 +195,25 @@ def is_store_jar(jar: str) -> bool:
 
 
 def with_log_store(conf: Dict[str, str], own: Dict[str, str]) -> Dict[str, str]:
-    """`conf` with the adapter's log store for `file:` tables added to it, unless the profile's
-    own settings (`own`) chose a log store or the store cannot be compiled."""
-    if any(setting in own for setting in OWN_STORE_SETTINGS):
+    """`conf` with the adapter's log stores for `file:` and `s3a:` tables added to it, each
+    unless the profile's own settings (`own`) chose a log store for its scheme, and neither if
+    the stores cannot be compiled."""
+    stores = {
+        setting: store
+        for setting, store in (
+            (LOG_STORE_SETTING, LOG_STORE_CLASS),
+            (S3_LOG_STORE_SETTING, S3_LOG_STORE_CLASS),
+        )
+        if not any(chosen in own for chosen in OWN_STORE_SETTINGS[setting])
+    }
+    if not stores:
         return conf
     jar = store_jar()
     if jar is None:
         return conf
     uri = Path(jar).resolve().as_uri()
     jars = conf.get("spark.jars", "")
-    return {
-        **conf,
-        "spark.jars": f"{jars},{uri}" if jars else uri,
-        LOG_STORE_SETTING: LOG_STORE_CLASS,
-    }
+    return {**conf, "spark.jars": f"{jars},{uri}" if jars else uri, **stores}
 
 
 def share_metastore_state(spark: Any) -> str:
