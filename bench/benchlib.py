@@ -436,6 +436,20 @@ def loopback_s3(root: Path, bucket: str) -> Tuple[Any, Dict[str, str]]:
     return server, s3a_settings(server.endpoint)
 
 
+def on_object_store(work: Path, project: str, target: Dict[str, Any], warehouse: str) -> Dict:
+    """Points the profile target `write_project_skeleton` wrote for `project` at `warehouse`
+    (`s3a://bucket/prefix`), the metastore in `work / "local"`, and writes profiles.yml again.
+    Returns the target `start_session` takes for the same place: the local folder as its
+    warehouse, the tables' URI as `spark.sql.warehouse.dir`."""
+    local = str(work / "local")
+    target.update(warehouse_dir=warehouse, local_dir=local)
+    profile = {project: {"target": "local", "outputs": {"local": target}}}
+    (work / "profiles.yml").write_text(yaml.safe_dump(profile))
+    parameters = dict(target["server_side_parameters"])
+    parameters["spark.sql.warehouse.dir"] = warehouse.rstrip("/") + "/tables"
+    return dict(target, warehouse_dir=local, server_side_parameters=parameters)
+
+
 def start_session(target: Dict[str, Any]) -> Any:
     """The adapter's own process-wide SparkSession, with a profile target's settings.
 

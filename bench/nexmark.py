@@ -44,6 +44,7 @@ from benchlib import (
     median,
     multiset_difference,
     multiset_fingerprint,
+    on_object_store,
     read_run_json,
     save_plot,
     scalar,
@@ -1010,14 +1011,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     session_target = target
     if s3 is not None:
         atexit.register(s3.stop)  # its process group, however the run ends
-        local = str(work / "local")  # the metastore; the tables are in the bucket
-        target.update(warehouse_dir="s3a://lake/nexmark", local_dir=local)
-        (work / "profiles.yml").write_text(
-            json.dumps({"nexmark_bench": {"target": "local", "outputs": {"local": target}}})
-        )
-        parameters = dict(target["server_side_parameters"])
-        parameters["spark.sql.warehouse.dir"] = "s3a://lake/nexmark/tables"
-        session_target = dict(target, warehouse_dir=local, server_side_parameters=parameters)
+        session_target = on_object_store(work, "nexmark_bench", target, "s3a://lake/nexmark")
     spark = start_session(session_target)
     # What Structured Streaming's users run for stateful queries (a session setting: every
     # streaming query of the run starts with it; the other approaches keep no streaming state).

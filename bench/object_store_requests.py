@@ -40,15 +40,16 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import yaml
 from benchlib import (
     REPO_DIR,
     Dbt,
     add_output_arguments,
     dbt_tree,
+    loopback_s3,
     machine_info,
     machine_lines,
     median,
+    on_object_store,
     start_session,
     write_project_skeleton,
 )
@@ -57,7 +58,6 @@ sys.path.insert(0, str(REPO_DIR))
 from scripts.s3_server import S3Server, s3a_settings  # noqa: E402
 
 BUCKET = "lake"
-TABLES = f"s3a://{BUCKET}/wh/tables"
 OLD_PREFIX = "wh/tables/raw.db/old"
 PIPELINES = ("young", "old")
 KINDS = ("LIST", "GET", "HEAD", "PUT", "POST", "DELETE")
@@ -178,9 +178,8 @@ def main() -> int:
     work.mkdir(parents=True)
     if args.store == "local":
         return run(args, work, None)
-    server = S3Server(work / "s3").start()
+    server, _ = loopback_s3(work / "s3", BUCKET)
     try:
-        server.create_bucket(BUCKET)
         return run(args, work, server)
     finally:
         server.stop()
@@ -188,7 +187,6 @@ def main() -> int:
 
 def run(args: Any, work: Path, server: Optional[S3Server]) -> int:
     """The sources, then `--steps` runs; `server` None: the warehouse on local disk."""
-    local = work / "local" if server else work / "warehouse"
     settings = {**(s3a_settings(server.endpoint) if server else {}), **SMALL_DATA}
     if server:
         settings.update(AS_S3_PAGES)
@@ -196,17 +194,10 @@ def run(args: Any, work: Path, server: Optional[S3Server]) -> int:
         work, "object_store_requests", "demo", "3g", {"raw": list(PIPELINES)}, settings=settings
     )
     if server:
-        target.update(warehouse_dir=f"s3a://{BUCKET}/wh", local_dir=str(local))
-    profile = {"object_store_requests": {"target": "local", "outputs": {"local": target}}}
-    (work / "profiles.yml").write_text(yaml.safe_dump(profile))
+        target = on_object_store(work, "object_store_requests", target, f"s3a://{BUCKET}/wh")
     for name, text in models().items():
         (work / "models" / name).write_text(text)
-    parameters = {**settings, "spark.driver.memory": "3g"}
-    if server:
-        parameters["spark.sql.warehouse.dir"] = TABLES
-    spark = start_session(
-        {"warehouse_dir": str(local), "master": "local[2]", "server_side_parameters": parameters}
-    )
+    spark = start_session(target)
     info = machine_info(spark, args)
     info["dbt_tree"] = dbt_tree()
     started = time.monotonic()
